@@ -1,0 +1,47 @@
+"""System procedures: versions and introspection."""
+
+from __future__ import annotations
+
+from procedures.registry import Context, registry
+
+
+def tierlake_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tierlake")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+@registry.procedure(returns=[("component", "string"), ("version", "string")], read_only=True)
+def version(ctx: Context):
+    """Versions of tierlake, Spark, Iceberg and the sys schema of this server."""
+    from server import migrations
+
+    jvm = ctx.spark.sparkContext._jvm
+    try:
+        iceberg = str(jvm.org.apache.iceberg.IcebergBuild.version())
+    except Exception:  # noqa: BLE001 - a missing class means no Iceberg on the classpath
+        iceberg = "unavailable"
+    return [
+        ("tierlake", tierlake_version()),
+        ("spark", ctx.spark.version),
+        ("iceberg", iceberg),
+        ("schema", str(migrations.schema_version(ctx.spark))),
+    ]
+
+
+@registry.procedure(
+    returns=[("name", "string"), ("signature", "string"), ("returns", "string"), ("doc", "string")],
+    read_only=True,
+)
+def describe_procedure(ctx: Context, name: str):
+    """The full documentation of one procedure.
+
+    Args:
+      name: procedure name, with or without the ``sys.`` prefix
+    """
+    proc = registry.get(name)
+    returns = ", ".join(f"{n} {t.upper()}" for n, t in proc.returns)
+    return [(proc.qualified_name, proc.signature(), returns, proc.doc)]

@@ -1,0 +1,1 @@
+"""The tierlake server: Spark session bootstrap, sys schema, coordinator, gateway and CLI."""

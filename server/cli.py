@@ -1,0 +1,144 @@
+"""The ``tierlake`` command."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from urllib.parse import urlparse
+
+from server.exceptions import TierlakeError
+
+
+def _server(args: argparse.Namespace) -> int:
+    from server.app import Server
+    from server.config import Config, parse_conf_args
+    from server.logsetup import configure_python_logging, redirect_console
+
+    config = Config.load(
+        home=args.home,
+        config_file=args.config,
+        conf=parse_conf_args(args.conf),
+        gateway_host=args.host,
+        gateway_port=args.port,
+        master=args.master,
+    )
+    configure_python_logging(config.logs_dir)
+    saved_err = os.dup(2)
+    saved_out = redirect_console(config.logs_dir)
+    out = os.fdopen(saved_out, "w", buffering=1)
+    err = os.fdopen(saved_err, "w", buffering=1)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    server = Server(config)
+    try:
+        server.start()
+    except TierlakeError as e:
+        print(f"tierlake: {e.message}", file=err)
+        return 2
+    except Exception as e:  # noqa: BLE001 - startup failure: say where the details are
+        print(f"tierlake: startup failed: {e}\n(details in {config.logs_dir})", file=err)
+        return 1
+    print(f"tierlake ready: {server.jdbc_url}", file=out)
+    stop.wait()
+    server.stop()
+    return 0
+
+
+def _parse_url(url: str) -> tuple[str, int, str, dict[str, str]]:
+    if not url.startswith("jdbc:hive2://"):
+        raise TierlakeError(f"expected a jdbc:hive2:// URL, got {url!r}")
+    parsed = urlparse(url[len("jdbc:"):])
+    path, _, params = parsed.path.partition(";")
+    options = dict(p.split("=", 1) for p in params.split(";") if "=" in p)
+    return parsed.hostname or "127.0.0.1", parsed.port or 10000, path.strip("/") or "default", options
+
+
+def _sql(args: argparse.Namespace) -> int:
+    from pyhive import exc, hive
+
+    from server.tables import format_table
+
+    host, port, database, options = _parse_url(args.url)
+    auth = "NOSASL" if options.get("auth", "").lower() == "nosasl" else "CUSTOM" if args.password else "NONE"
+    try:
+        conn = hive.connect(
+            host=host, port=port, database=database, username=args.user,
+            password=args.password, auth=auth,
+        )
+    except Exception as e:  # noqa: BLE001 - connection failures are user errors here
+        print(f"tierlake: cannot connect to {args.url}: {e}", file=sys.stderr)
+        return 2
+    status = 0
+    with conn:
+        cursor = conn.cursor()
+        for statement in args.statements:
+            try:
+                cursor.execute(statement)
+                rows = _fetch(cursor)
+                if rows is None:
+                    print("OK")
+                else:
+                    print(format_table([d[0] for d in cursor.description], rows))
+                    print(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+            except exc.OperationalError as e:
+                print(f"Error: {_error_text(e)}", file=sys.stderr)
+                status = 1
+    return status
+
+
+def _fetch(cursor) -> list | None:
+    """All rows, or None for a statement without a result set."""
+    if not cursor.description:
+        return None
+    try:
+        return cursor.fetchall()
+    except TypeError:
+        # Spark's Thrift Server describes DDL as one STRING column "Result"
+        # and then answers the fetch with an empty row-based row set even on
+        # columnar protocols, which PyHive cannot decode.
+        if [d[0] for d in cursor.description] == ["Result"]:
+            return None
+        raise
+
+
+def _error_text(e: Exception) -> str:
+    status = getattr(e.args[0], "status", None) if e.args else None
+    if status is not None:
+        return f"{status.errorMessage} (state={status.sqlState},code={status.errorCode})"
+    return str(e)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tierlake", description="Fluss-style lake tiering on Spark.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    srv = sub.add_parser("server", help="run the server (Spark, sys schema, JDBC gateway) in the foreground")
+    srv.add_argument("--host", help="gateway bind address (default 127.0.0.1)")
+    srv.add_argument("--port", type=int, help="gateway port (default 10000)")
+    srv.add_argument("--home", help="state directory (default $TIERLAKE_HOME or ./.tierlake)")
+    srv.add_argument("--master", help="Spark master (default local[*])")
+    srv.add_argument("--config", help="config file (default $TIERLAKE_HOME/tierlake.conf)")
+    srv.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a setting (repeatable)")
+    srv.set_defaults(func=_server)
+
+    q = sub.add_parser("sql", help="run statements through the gateway and print the results")
+    q.add_argument("statements", nargs="+", metavar="STATEMENT")
+    q.add_argument("--url", default=os.environ.get("TIERLAKE_URL", "jdbc:hive2://127.0.0.1:10000/default"))
+    q.add_argument("--user", default=os.environ.get("USER", "tierlake"))
+    q.add_argument("--password")
+    q.set_defaults(func=_sql)
+
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except TierlakeError as e:
+        print(f"tierlake: {e.message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+"""The coordinator: tiering state in ``sys`` Iceberg tables, changed through
+the pure state machine (:mod:`server.statemachine`).
+
+Every change is one Iceberg commit of the whole (small) ``sys.tiering_tables``
+table, validated against the snapshot it was computed from
+(``validate-from-snapshot-id`` with serializable isolation): a concurrent
+writer makes the commit fail and the change is recomputed from fresh state.
+Inside one server, changes are also serialised by a lock, so retries only
+happen across processes.
+
+Heartbeat renewals are kept in memory and persisted at most every quarter of
+the heartbeat timeout, so a job that only renews costs no commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable
+
+import sql
+from server import statemachine as sm
+from server.durations import parse_duration
+from server.exceptions import ConcurrentUpdateError
+from server.session import iceberg_table
+from server.statemachine import Policy, Status, TableState
+
+log = logging.getLogger("tierlake.coordinator")
+
+STATE_TABLE = "sys.tiering_tables"
+ROUNDS_TABLE = "sys.tiering_round_log"
+JOBS_TABLE = "sys.tiering_jobs"
+Q_TOUCH_JOB = "queries/touch_job.sql"
+MAX_ATTEMPTS = 8
+_CONFLICT_MARKERS = ("ValidationException", "CommitFailedException", "Found conflicting files",
+                     "CommitStateUnknownException", "AlreadyExistsException")
+
+_COLUMNS = [
+    "table_id", "database_name", "table_name", "lake_database", "lake_table", "status",
+    "tiering_epoch", "job_id", "last_heartbeat", "last_tiered_time", "tiered_position",
+    "last_error", "last_error_time", "failure_count", "properties", "created_at", "updated_at",
+    "pending_since", "round_started", "next_due",
+]
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    # pyspark returns naive local-time datetimes; give them a zone once, here.
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.astimezone(timezone.utc)
+
+
+def _is_conflict(error: Exception) -> bool:
+    text = str(error)
+    return any(marker in text for marker in _CONFLICT_MARKERS)
+
+
+def policy_from_config(config: Any) -> Policy:
+    get = (lambda k, d: config.get(k, d)) if config is not None else (lambda k, d: d)
+    return Policy(
+        heartbeat_timeout=parse_duration(get("tierlake.tiering.heartbeat-timeout", "2 min"),
+                                         "tierlake.tiering.heartbeat-timeout"),
+        retry_backoff=parse_duration(get("tierlake.tiering.retry-backoff", "5 s"),
+                                     "tierlake.tiering.retry-backoff"),
+        retry_backoff_max=parse_duration(get("tierlake.tiering.retry-backoff-max", "5 min"),
+                                         "tierlake.tiering.retry-backoff-max"),
+    )
+
+
+class Coordinator:
+    """All coordinator state changes of one server go through one instance."""
+
+    def __init__(self, spark: Any, config: Any = None, clock: Callable[[], datetime] = utcnow):
+        self.spark = spark
+        self.config = config
+        self.policy = policy_from_config(config)
+        self.clock = clock
+        self.lock = threading.RLock()
+        self.liveness: dict[int, datetime] = {}
+        self._cache: tuple[int | None, dict[int, TableState]] | None = None
+        self._jobs_persisted: dict[str, datetime] = {}
+        self._ticker: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    # -- state I/O ------------------------------------------------------------
+    def _snapshot_id(self) -> int | None:
+        snapshot = iceberg_table(self.spark, STATE_TABLE).currentSnapshot()
+        return None if snapshot is None else int(snapshot.snapshotId())
+
+    def load(self) -> tuple[int | None, dict[int, TableState]]:
+        """Current state (cached per snapshot: an unchanged table is not re-read)."""
+        snap = self._snapshot_id()
+        if self._cache is not None and self._cache[0] == snap:
+            return snap, {k: v.copy() for k, v in self._cache[1].items()}
+        states: dict[int, TableState] = {}
+        if snap is not None:
+            reader = self.spark.read.option("snapshot-id", str(snap)).table(STATE_TABLE)
+            for row in reader.collect():
+                d = row.asDict()
+                for key in ("last_heartbeat", "last_tiered_time", "last_error_time", "created_at",
+                            "updated_at", "pending_since", "round_started", "next_due"):
+                    d[key] = _aware(d[key])
+                d["status"] = Status(d["status"]) if d["status"] else None
+                d["properties"] = dict(d["properties"] or {})
+                states[d["table_id"]] = TableState(**d)
+        self._cache = (snap, states)
+        return snap, {k: v.copy() for k, v in states.items()}
+
+    def _write(self, base: int | None, states: dict[int, TableState]) -> None:
+        from pyspark.sql import functions as F
+
+        schema = self.spark.table(STATE_TABLE).schema
+        rows = [
+            tuple((getattr(s, c).value if c == "status" and s.status else getattr(s, c)) for c in _COLUMNS)
+            for s in sorted(states.values(), key=lambda s: s.table_id)
+        ]
+        writer = self.spark.createDataFrame(rows, schema).coalesce(1).writeTo(STATE_TABLE)
+        if base is not None:
+            writer = writer.option("validate-from-snapshot-id", str(base)).option("isolation-level", "serializable")
+        writer.overwrite(F.lit(True))
+        self._cache = None
+
+    def mutate(self, change: Callable[[dict[int, TableState], datetime], Any]) -> Any:
+        """Run ``change(states, now)`` and commit what it changed, retrying on conflicts.
+
+        ``change`` returns ``(result, changed: bool, rounds: list)``.
+        """
+        with self.lock:
+            for attempt in range(1, MAX_ATTEMPTS + 1):
+                base, states = self.load()
+                now = self.clock()
+                result, changed, rounds = change(states, now)
+                if not changed:
+                    return result
+                try:
+                    self._write(base, states)
+                except Exception as e:  # noqa: BLE001 - py4j wraps Iceberg's exceptions
+                    if _is_conflict(e) and attempt < MAX_ATTEMPTS:
+                        log.info("coordinator commit conflict (attempt %d), retrying", attempt)
+                        time.sleep(0.05 * attempt)
+                        continue
+                    if _is_conflict(e):
+                        raise ConcurrentUpdateError(
+                            f"the coordinator state kept changing concurrently ({MAX_ATTEMPTS} attempts)"
+                        ) from e
+                    raise
+                if rounds:
+                    self._record_rounds(rounds)
+                return result
+        raise AssertionError("unreachable")
+
+    def _record_rounds(self, rounds: list[sm.Round]) -> None:
+        schema = self.spark.table(ROUNDS_TABLE).schema
+        rows = [
+            (r.table_id, r.database_name, r.table_name, r.tiering_epoch, r.job_id, r.started_at,
+             r.ended_at, r.duration_ms, r.start_position, r.end_position, r.rows, r.bytes,
+             r.files, r.outcome, r.error)
+            for r in rounds
+        ]
+        try:
+            self.spark.createDataFrame(rows, schema).coalesce(1).writeTo(ROUNDS_TABLE).append()
+        except Exception:  # noqa: BLE001 - history is best effort; state already committed
+            log.exception("could not record %d tiering round(s)", len(rows))
+
+    # -- heartbeats -------------------------------------------------------------
+    def _persist_liveness(self, states: dict[int, TableState], changed: set[int]) -> None:
+        quarter = self.policy.heartbeat_timeout / 4
+        for table_id, seen in list(self.liveness.items()):
+            state = states.get(table_id)
+            if state is None or state.status is not Status.TIERING:
+                self.liveness.pop(table_id, None)
+                continue
+            if state.last_heartbeat is None or seen - state.last_heartbeat >= quarter:
+                state.last_heartbeat = seen
+                changed.add(table_id)
+
+    def heartbeat(self, job_id: str, tiering, finished, failed, request_table: bool,
+                  refresh_properties: Callable[[TableState], None] | None = None) -> list[sm.Answer]:
+        """``CALL sys.heartbeat``: see :func:`server.statemachine.heartbeat`."""
+
+        def change(states, now):
+            if refresh_properties is not None:
+                for entry in finished:
+                    if entry.table_id in states:
+                        refresh_properties(states[entry.table_id])
+            out = sm.heartbeat(states, job_id, tiering, finished, failed, request_table, now,
+                               self.policy, self.liveness)
+            self._persist_liveness(states, out.changed)
+            return out, bool(out.changed), out.rounds
+
+        out = self.mutate(change)
+        self._touch_job(job_id, out)
+        return out.answers
+
+    def _touch_job(self, job_id: str, out: sm.Outcome) -> None:
+        now = self.clock()
+        finished = sum(1 for r in out.rounds if r.job_id == job_id and r.outcome.endswith("finished"))
+        failed = sum(1 for r in out.rounds if r.job_id == job_id and not r.outcome.endswith("finished"))
+        last = self._jobs_persisted.get(job_id)
+        if last is not None and not finished and not failed and now - last < self.policy.heartbeat_timeout / 4:
+            return
+        self._jobs_persisted[job_id] = now
+        try:
+            self.spark.sql(
+                sql.read(Q_TOUCH_JOB),
+                args={"job": job_id, "now": now, "finished": finished, "failed": failed},
+            )
+        except Exception:  # noqa: BLE001 - job bookkeeping must not fail a heartbeat
+            self._jobs_persisted.pop(job_id, None)
+            log.exception("could not record heartbeat of job %s", job_id)
+
+    # -- time-driven changes ----------------------------------------------------
+    def tick(self) -> set[int]:
+        """Timeouts, due tables, retries; commits only when something changed."""
+
+        def change(states, now):
+            out = sm.schedule(states, now, self.policy, self.liveness)
+            return out.changed, bool(out.changed), out.rounds
+
+        return self.mutate(change)
+
+    def start_ticker(self, interval: timedelta) -> None:
+        def loop():
+            while not self._stop.wait(interval.total_seconds()):
+                try:
+                    changed = self.tick()
+                    if changed:
+                        log.info("scheduler moved tables %s", sorted(changed))
+                except Exception:  # noqa: BLE001 - keep ticking
+                    log.exception("scheduler tick failed")
+
+        self._ticker = threading.Thread(target=loop, name="tierlake-scheduler", daemon=True)
+        self._ticker.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join(timeout=30)

@@ -1,0 +1,121 @@
+"""The one exception hierarchy of tierlake.
+
+Every error a client can see derives from :class:`TierlakeError`; the gateway
+maps ``sqlstate`` and ``error_code`` onto the Thrift ``TStatus`` so JDBC/ODBC
+clients receive a normal SQL error (never a dropped connection).
+"""
+
+from __future__ import annotations
+
+
+class TierlakeError(Exception):
+    """Base class. ``sqlstate`` follows the SQL standard classes."""
+
+    sqlstate = "XX000"
+    error_code = 1000
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class ConfigError(TierlakeError):
+    """Bad configuration (file, ``--conf``, environment)."""
+
+    sqlstate = "F0000"
+    error_code = 1001
+
+
+class HomeInUseError(ConfigError):
+    """Another server already owns this ``$TIERLAKE_HOME``."""
+
+    error_code = 1002
+
+
+class JarResolutionError(ConfigError):
+    """The Iceberg runtime jars could not be found or rebuilt."""
+
+    error_code = 1003
+
+
+class SqlSyntaxError(TierlakeError):
+    """A statement the gateway could not parse (e.g. a malformed CALL)."""
+
+    sqlstate = "42601"
+    error_code = 2001
+
+
+class UnknownProcedureError(TierlakeError):
+    """``CALL sys.<name>`` names no registered procedure."""
+
+    sqlstate = "42883"
+    error_code = 2002
+
+
+class InvalidArgumentError(TierlakeError):
+    """Unknown, missing, duplicated or ill-typed procedure argument."""
+
+    sqlstate = "22023"
+    error_code = 2003
+
+
+class NoSuchTableError(TierlakeError):
+    """A referenced table does not exist."""
+
+    sqlstate = "42P01"
+    error_code = 2004
+
+
+class InvalidIdentifierError(InvalidArgumentError):
+    """An identifier that is not a valid (db.)table name."""
+
+    error_code = 2005
+
+
+class MigrationError(TierlakeError):
+    """The sys schema could not be brought up to date."""
+
+    sqlstate = "XX001"
+    error_code = 3001
+
+
+class ProcedureFailedError(TierlakeError):
+    """A procedure raised something that is not a TierlakeError."""
+
+    sqlstate = "XX002"
+    error_code = 3002
+
+
+class IllegalTransitionError(TierlakeError):
+    """A tiering state change the state machine does not allow."""
+
+    sqlstate = "55000"
+    error_code = 4001
+
+
+class FencedEpochError(TierlakeError):
+    """A heartbeat entry or lake commit carries a tiering epoch that is no longer current."""
+
+    sqlstate = "40001"
+    error_code = 4002
+
+
+class UnknownTableIdError(TierlakeError):
+    """A heartbeat entry names a table id the coordinator does not know (dropped?)."""
+
+    sqlstate = "42P01"
+    error_code = 4003
+
+
+class NotAssignedError(TierlakeError):
+    """A heartbeat entry for a table that is not being tiered by this job."""
+
+    sqlstate = "55000"
+    error_code = 4004
+
+
+class ConcurrentUpdateError(TierlakeError):
+    """The coordinator state changed underneath a procedure too often to retry."""
+
+    sqlstate = "40001"
+    error_code = 4005

@@ -1,0 +1,234 @@
+"""Parsing of ``CALL sys.<name>(args)`` statements.
+
+sqlglot has no CALL grammar (it falls back to ``exp.Command``), so the
+statement is tokenized to find the procedure name and the argument list, and
+the argument list is parsed as the arguments of a function call. Arguments
+are evaluated to Python values here; nothing in them is ever executed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
+
+from procedures.types import SqlMap, SqlStruct
+from server.exceptions import SqlSyntaxError
+
+DIALECT = "spark"
+NAMESPACE = "sys"
+_PLACEHOLDER = "__tierlake_call__"
+
+# sqlglot warns "contains unsupported syntax" for every CALL it cannot parse;
+# that is expected here and would otherwise flood the server log.
+logging.getLogger("sqlglot").setLevel(logging.ERROR)
+
+
+@dataclass
+class CallStatement:
+    """A parsed CALL: ``name`` without the ``sys.`` prefix, Python arguments."""
+
+    name: str
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def _tokenize(sql: str):
+    """Tokens of a CALL, with the text after CALL tokenized as well.
+
+    The Spark tokenizer treats CALL as a command keyword and returns the rest
+    of the statement as one string token, so the rest is tokenized again.
+    Token offsets are shifted back to positions in ``sql``.
+    """
+    dialect = sqlglot.Dialect.get_or_raise(DIALECT)
+    try:
+        tokens = dialect.tokenize(sql)
+        if not tokens or tokens[0].text.upper() != "CALL":
+            return tokens
+        offset = tokens[0].end + 1
+        rest = dialect.tokenize(sql[offset:])
+    except (TokenError, ValueError) as e:
+        raise SqlSyntaxError(f"cannot parse CALL: {str(e).splitlines()[0]}") from None
+    for tok in rest:
+        tok.start += offset
+        tok.end += offset
+    return [tokens[0], *rest]
+
+
+def is_sys_call(sql: str) -> bool:
+    """True for statements of the form ``CALL sys.…`` (even malformed ones)."""
+    try:
+        tokens = _tokenize(sql)
+    except SqlSyntaxError:
+        stripped = sql.lstrip().lower()
+        return stripped.startswith("call ") and stripped[5:].lstrip().startswith(("sys.", "`sys`."))
+    return (
+        len(tokens) >= 2
+        and tokens[0].text.upper() == "CALL"
+        and tokens[1].text.lower() == NAMESPACE
+    )
+
+
+def parse_call(sql: str) -> CallStatement:
+    """Parse ``CALL sys.name(arg, key => value, ...)`` into a :class:`CallStatement`."""
+    tokens = _tokenize(sql)
+    while tokens and tokens[-1].token_type == TokenType.SEMICOLON:
+        tokens.pop()
+    if len(tokens) < 2 or tokens[0].text.upper() != "CALL":
+        raise SqlSyntaxError("not a CALL statement")
+    parts: list[str] = []
+    i = 1
+    while i < len(tokens) and tokens[i].token_type != TokenType.L_PAREN:
+        tok = tokens[i]
+        expect_name = len(parts) * 2 + 1 == i
+        if expect_name and tok.token_type not in (TokenType.DOT, TokenType.L_PAREN, TokenType.R_PAREN, TokenType.STRING, TokenType.NUMBER, TokenType.SEMICOLON):
+            parts.append(tok.text)
+        elif not expect_name and tok.token_type == TokenType.DOT:
+            pass
+        else:
+            raise SqlSyntaxError(f"cannot parse CALL: unexpected {tok.text!r} in the procedure name")
+        i += 1
+    if len(parts) != 2 or parts[0].lower() != NAMESPACE:
+        raise SqlSyntaxError(
+            "cannot parse CALL: expected CALL sys.<procedure>(<arguments>), "
+            f"got a procedure name of {'.'.join(parts) or 'nothing'}"
+        )
+    if i >= len(tokens):
+        raise SqlSyntaxError(f"cannot parse CALL: missing '(' after sys.{parts[1]}")
+    if tokens[-1].token_type != TokenType.R_PAREN:
+        raise SqlSyntaxError(f"cannot parse CALL: the argument list of sys.{parts[1]} is not closed with ')'")
+    depth = 0
+    previous = None
+    for tok in tokens[i:]:
+        # sqlglot silently drops empty arguments ("f(1,,2)" parses as f(1, 2)).
+        if tok.token_type in (TokenType.COMMA, TokenType.R_PAREN) and previous in (
+            TokenType.COMMA,
+            TokenType.L_PAREN,
+        ) and not (tok.token_type == TokenType.R_PAREN and previous == TokenType.L_PAREN):
+            raise SqlSyntaxError(f"cannot parse the arguments of sys.{parts[1]}: empty argument")
+        previous = tok.token_type
+        depth += tok.token_type == TokenType.L_PAREN
+        depth -= tok.token_type == TokenType.R_PAREN
+        if depth == 0 and tok is not tokens[-1]:
+            raise SqlSyntaxError(
+                f"cannot parse CALL: unexpected text after the argument list of sys.{parts[1]}"
+            )
+    inner = sql[tokens[i].end + 1 : tokens[-1].start]
+    try:
+        select = sqlglot.parse_one(f"SELECT {_PLACEHOLDER}({inner})", read=DIALECT)
+    except (ParseError, TokenError) as e:
+        first = str(e).splitlines()[0] if str(e) else "syntax error"
+        raise SqlSyntaxError(f"cannot parse the arguments of sys.{parts[1]}: {first}") from None
+    projections = select.expressions if isinstance(select, exp.Select) else []
+    if len(projections) != 1 or not isinstance(projections[0], exp.Anonymous) or select.args.get("from"):
+        raise SqlSyntaxError(f"cannot parse the arguments of sys.{parts[1]}")
+    call = CallStatement(name=parts[1].lower())
+    for position, arg in enumerate(projections[0].expressions, start=1):
+        if isinstance(arg, (exp.Kwarg, exp.PropertyEQ)):
+            key = arg.this.name.lower()
+            if not key:
+                raise SqlSyntaxError(f"argument {position}: a named argument needs a name before '=>'")
+            if key in call.kwargs:
+                raise SqlSyntaxError(f"argument {key!r} is given more than once")
+            call.kwargs[key] = evaluate(arg.expression, f"argument {key!r}")
+        else:
+            if call.kwargs:
+                raise SqlSyntaxError(
+                    f"argument {position}: positional arguments must come before named ones"
+                )
+            call.args.append(evaluate(arg, f"argument {position}"))
+    return call
+
+
+_INT_TYPES = {"BIGINT", "INT", "SMALLINT", "TINYINT"}
+_FLOAT_TYPES = {"DOUBLE", "FLOAT"}
+
+
+def evaluate(node: exp.Expression, where: str) -> Any:
+    """Evaluate a literal expression; anything that is not a literal is rejected."""
+    if isinstance(node, exp.Paren):
+        return evaluate(node.this, where)
+    if isinstance(node, exp.Null):
+        return None
+    if isinstance(node, exp.Boolean):
+        return bool(node.this)
+    if isinstance(node, exp.Literal):
+        if node.is_string:
+            return node.this
+        return _number(node.this, where)
+    if isinstance(node, exp.Neg):
+        value = evaluate(node.this, where)
+        if isinstance(value, (int, float, Decimal)) and not isinstance(value, bool):
+            return -value
+        raise SqlSyntaxError(f"{where}: '-' applies to numbers only")
+    if isinstance(node, (exp.Cast, exp.TryCast)):
+        return _cast(evaluate(node.this, where), node.to, where)
+    if isinstance(node, exp.Array):
+        return [evaluate(e, f"{where}[{i}]") for i, e in enumerate(node.expressions)]
+    if isinstance(node, exp.VarMap):
+        keys = [evaluate(k, f"{where} key") for k in node.args["keys"].expressions]
+        values = [evaluate(v, f"{where} value") for v in node.args["values"].expressions]
+        out = SqlMap()
+        for k, v in zip(keys, values):
+            if isinstance(k, (list, dict)) or k is None:
+                raise SqlSyntaxError(f"{where}: map keys must be non-NULL scalars")
+            out[k] = v
+        return out
+    if isinstance(node, exp.Struct):
+        out = SqlStruct()
+        for e in node.expressions:
+            if not isinstance(e, exp.PropertyEQ):
+                raise SqlSyntaxError(f"{where}: use named_struct('field', value, ...)")
+            out[e.this.name] = evaluate(e.expression, f"{where}.{e.this.name}")
+        return out
+    if isinstance(node, exp.Concat) and all(
+        isinstance(e, exp.Literal) and e.is_string for e in node.expressions
+    ):
+        # Spark concatenates adjacent string literals: 'it''s' is "its".
+        return "".join(e.this for e in node.expressions)
+    if isinstance(node, exp.Anonymous) and node.name.lower() == "map" and not node.expressions:
+        return SqlMap()
+    raise SqlSyntaxError(
+        f"{where}: only literals, array(...), map(...) and named_struct(...) are allowed, "
+        f"got {node.sql(dialect=DIALECT)[:80]!r}"
+    )
+
+
+def _number(text: str, where: str) -> int | float | Decimal:
+    try:
+        if any(c in text for c in ".eE"):
+            return float(text)
+        return int(text)
+    except ValueError:
+        raise SqlSyntaxError(f"{where}: not a number: {text!r}") from None
+
+
+def _cast(value: Any, to: exp.DataType, where: str) -> Any:
+    target = to.this.name if hasattr(to.this, "name") else str(to.this)
+    try:
+        if value is None:
+            return None
+        if target in _INT_TYPES:
+            if isinstance(value, bool):
+                return int(value)
+            if isinstance(value, float) and value != int(value):
+                raise ValueError(value)
+            return int(value)
+        if target in _FLOAT_TYPES or target == "DECIMAL":
+            return float(value)
+        if target in ("VARCHAR", "TEXT", "CHAR", "STRING"):
+            return value if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
+        if target == "BOOLEAN":
+            if isinstance(value, str) and value.lower() in ("true", "false"):
+                return value.lower() == "true"
+            if isinstance(value, bool):
+                return value
+    except (ValueError, TypeError):
+        raise SqlSyntaxError(f"{where}: cannot cast {value!r} to {target}") from None
+    raise SqlSyntaxError(f"{where}: casts to {target} are not supported in CALL arguments")

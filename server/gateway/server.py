@@ -1,0 +1,497 @@
+"""The HiveServer2 gateway: a Thrift relay in front of the in-process Spark
+Thrift Server that answers some statements (``CALL sys....``) itself.
+
+Every client connection gets its own thread and its own plain (NOSASL)
+connection to the internal STS. Messages are relayed byte-for-byte; only
+ExecuteStatement (for statements the handler wants), the operation RPCs on
+gateway-owned handles, and OpenSession/CloseSession (for bookkeeping) are
+decoded.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional
+
+from thrift.Thrift import TMessageType
+
+from server.exceptions import TierlakeError
+from TCLIService import TCLIService, ttypes
+
+from .protocol import (DEFAULT_MAX_MESSAGE, LocalResult, MessageReader, RawMessage, SessionInfo,
+                       SocketTransport, StatementHandler, decode_body, encode_message,
+                       encode_reply, error_status, ok_status)
+from .results import build_row_set, empty_log_row_set, parse_columns, table_schema
+from .sasl import Authenticator, SaslError, SaslServerTransport
+
+log = logging.getLogger("tierlake.gateway")
+
+# Clients asking for maxRows <= 0 would otherwise get empty batches, which
+# both PyHive and Hive JDBC read as end-of-data.
+DEFAULT_FETCH_SIZE = 1000
+LOG_FETCH = 1  # TFetchResultsReq.fetchType: 0 = result rows, 1 = operation log
+
+
+class _BackendError(Exception):
+    """The link to the internal STS failed; the client connection must go."""
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return "%s: %s" % (type(exc).__name__, text) if text else type(exc).__name__
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class _LocalOperation:
+    guid: bytes
+    session_guid: bytes
+    protocol_version: int
+    result: LocalResult
+    started_ms: int
+    completed_ms: int
+    cursor: int = 0
+
+
+class _Connection:
+    """One client connection, its backend link, its sessions and local operations."""
+
+    def __init__(self, gateway: "Gateway", sock: socket.socket, address):
+        self.gateway = gateway
+        self.sock = sock
+        self.address = "%s:%s" % (address[0], address[1])
+        self.user: Optional[str] = None
+        self.client = None
+        self.backend: Optional[SocketTransport] = None
+        self.sessions: Dict[bytes, SessionInfo] = {}
+        self.operations: Dict[bytes, _LocalOperation] = {}
+        self._closing = False
+        self._intercepts: Dict[str, Callable[[RawMessage], Optional[bytes]]] = {
+            "OpenSession": self._open_session,
+            "CloseSession": self._close_session,
+            "ExecuteStatement": self._execute_statement,
+            "GetOperationStatus": self._get_operation_status,
+            "GetResultSetMetadata": self._get_result_set_metadata,
+            "FetchResults": self._fetch_results,
+            "CloseOperation": self._close_operation,
+            "CancelOperation": self._cancel_operation,
+            "GetLog": self._get_log,
+        }
+
+    # -- lifecycle --------------------------------------------------------
+    def run(self) -> None:
+        try:
+            self._setup()
+            self._serve()
+        except SaslError as exc:
+            log.warning("SASL negotiation with %s failed: %s", self.address, exc)
+        except _BackendError as exc:
+            if not self._closing:
+                log.error("backend link of %s failed: %s", self.address, exc)
+        except (ConnectionResetError, BrokenPipeError) as exc:
+            if not self._closing:
+                log.info("client %s went away: %s", self.address, exc)
+        except Exception as exc:  # malformed input must only cost this connection
+            if not self._closing:
+                log.warning("closing connection from %s: %s",
+                            self.address, _describe(exc))
+                log.debug("connection %s failure", self.address, exc_info=True)
+        finally:
+            self.close()
+            self.gateway._forget(self)
+
+    def _setup(self) -> None:
+        gw = self.gateway
+        self.sock.settimeout(None)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if gw.auth == "PLAIN":
+            transport = SaslServerTransport(self.sock, gw.authenticator, gw.max_message_size,
+                                            gw.handshake_timeout)
+            self.client = transport
+            self.user = transport.handshake()
+        else:
+            self.client = SocketTransport(self.sock)
+        try:
+            backend = socket.create_connection((gw.backend_host, gw.backend_port),
+                                               timeout=gw.connect_timeout)
+        except OSError as exc:
+            raise _BackendError("cannot connect to %s:%s: %s"
+                                % (gw.backend_host, gw.backend_port, exc)) from None
+        backend.settimeout(None)
+        backend.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.backend = SocketTransport(backend)
+        if self._closing:  # stop() ran while we were connecting
+            self.close()
+            raise _BackendError("gateway stopping")
+        self._backend_reader = MessageReader(self.backend, gw.max_message_size)
+        self._client_reader = MessageReader(self.client, gw.max_message_size)
+        log.debug("connection from %s (user %r) ready", self.address, self.user)
+
+    def _serve(self) -> None:
+        while True:
+            msg = self._client_reader.read()
+            if msg is None:
+                log.debug("client %s disconnected", self.address)
+                return
+            reply = self._handle(msg)
+            if reply is not None:
+                self.client.write(reply)
+                self.client.flush()
+
+    def close(self) -> None:
+        """Close both sockets and forget local state. Safe from any thread and
+        more than once (stop() may race with the connection's own exit)."""
+        self._closing = True
+        for sock in (self.sock, self.backend.sock if self.backend else None):
+            if sock is None:
+                continue
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv
+            except OSError:
+                pass
+            try:
+                sock.close()
+            except OSError:
+                pass
+        self.operations.clear()
+        self.sessions.clear()
+
+    # -- dispatch ---------------------------------------------------------
+    def _handle(self, msg: RawMessage) -> Optional[bytes]:
+        intercept = self._intercepts.get(msg.name) if msg.mtype == TMessageType.CALL else None
+        if intercept is not None:
+            try:
+                reply = intercept(msg)
+            except _BackendError:
+                raise
+            except Exception as exc:
+                log.exception("gateway failed to answer %s from %s", msg.name, self.address)
+                return self._error_reply(msg, "Internal gateway error: %s" % _describe(exc))
+            if reply is not None:
+                return reply
+        reply_msg = self._relay(msg)
+        return reply_msg.data if reply_msg is not None else None
+
+    def _relay(self, msg: RawMessage) -> Optional[RawMessage]:
+        try:
+            self.backend.write(msg.data)
+            self.backend.flush()
+            if msg.mtype == TMessageType.ONEWAY:
+                return None
+            reply = self._backend_reader.read()
+        except Exception as exc:
+            raise _BackendError(_describe(exc)) from exc
+        if reply is None:
+            raise _BackendError("the Spark Thrift Server closed the connection")
+        return reply
+
+    @staticmethod
+    def _reply(msg: RawMessage, response) -> bytes:
+        result = getattr(TCLIService, "%s_result" % msg.name)(success=response)
+        return encode_reply(msg.name, msg.seqid, result)
+
+    def _error_reply(self, msg: RawMessage, message: str, sqlstate: str = "XX000",
+                     error_code: int = 1000) -> bytes:
+        response = getattr(ttypes, "T%sResp" % msg.name)(
+            status=error_status(message, sqlstate, error_code))
+        return self._reply(msg, response)
+
+    def _local_operation(self, msg: RawMessage):
+        """(request, operation) when ``msg`` targets a gateway-owned handle."""
+        if not self.operations:
+            return None, None
+        try:
+            request = decode_body(msg, getattr(TCLIService, "%s_args" % msg.name)).req
+            guid = request.operationHandle.operationId.guid
+        except Exception:
+            return None, None  # not decodable by the stubs: the backend decides
+        return request, self.operations.get(guid)
+
+    # -- sessions -----------------------------------------------------------
+    def _open_session(self, msg: RawMessage) -> bytes:
+        request = None
+        try:
+            args = decode_body(msg, TCLIService.OpenSession_args)
+            request = args.req
+        except Exception:
+            log.debug("undecodable OpenSession from %s", self.address, exc_info=True)
+        if request is not None and self.user is not None and request.username != self.user:
+            # The internal STS is NOSASL and believes the username in the
+            # request; make it the one that passed authentication.
+            request.username = self.user
+            data = encode_message(msg.name, msg.mtype, msg.seqid, args)
+            msg = RawMessage(msg.name, msg.mtype, msg.seqid, data, 0)
+        reply = self._relay(msg)
+        if reply.mtype != TMessageType.REPLY:
+            return reply.data  # a TApplicationException: nothing to remember
+        try:
+            # Decoded from a copy; the client gets the backend's bytes.
+            response = decode_body(reply, TCLIService.OpenSession_result).success
+            if (response is not None and response.sessionHandle is not None
+                    and response.status.statusCode in (ttypes.TStatusCode.SUCCESS_STATUS,
+                                                        ttypes.TStatusCode.SUCCESS_WITH_INFO_STATUS)):
+                guid = response.sessionHandle.sessionId.guid
+                user = self.user if self.user is not None else getattr(request, "username", None)
+                self.sessions[guid] = SessionInfo(user, guid, response.serverProtocolVersion,
+                                                  self.address)
+                log.debug("session opened for %r from %s (protocol V%d)", user, self.address,
+                          response.serverProtocolVersion + 1)
+        except Exception:
+            log.debug("undecodable OpenSession reply for %s", self.address, exc_info=True)
+        return reply.data
+
+    def _close_session(self, msg: RawMessage) -> bytes:
+        guid = None
+        try:
+            guid = decode_body(msg, TCLIService.CloseSession_args).req.sessionHandle.sessionId.guid
+        except Exception:
+            log.debug("undecodable CloseSession from %s", self.address, exc_info=True)
+        reply = self._relay(msg)
+        if guid is not None:
+            self.sessions.pop(guid, None)
+            for op_guid in [g for g, op in self.operations.items() if op.session_guid == guid]:
+                del self.operations[op_guid]
+        return reply.data
+
+    # -- local statements ---------------------------------------------------
+    def _execute_statement(self, msg: RawMessage) -> Optional[bytes]:
+        try:
+            request = decode_body(msg, TCLIService.ExecuteStatement_args).req
+            statement = request.statement
+            session = self.sessions.get(request.sessionHandle.sessionId.guid)
+        except Exception:
+            return None
+        # An unknown session is the backend's to reject, with its own error.
+        if session is None or not isinstance(statement, str):
+            return None
+        try:
+            wanted = self.gateway.handler.wants(statement)
+        except Exception as exc:
+            log.exception("handler.wants failed for %r", statement[:200])
+            return self._error_reply(msg, "Internal error: %s" % _describe(exc))
+        if not wanted:
+            return None
+        return self._reply(msg, self._run_local(statement, session))
+
+    def _run_local(self, statement: str, session: SessionInfo) -> ttypes.TExecuteStatementResp:
+        started = _now_ms()
+        try:
+            result = self.gateway.handler.execute(statement, session)
+            if not isinstance(result, LocalResult):
+                raise TypeError("handler returned %s, not LocalResult" % type(result).__name__)
+            parse_columns(result.columns)  # unsupported types fail the statement, not a fetch
+            result = LocalResult(list(result.columns), list(result.rows))
+        except TierlakeError as exc:
+            log.info("local statement failed (%s): %s", exc.sqlstate, exc.message)
+            return ttypes.TExecuteStatementResp(
+                status=error_status(exc.message, exc.sqlstate, exc.error_code))
+        except Exception as exc:
+            log.exception("local statement %r failed", statement[:200])
+            return ttypes.TExecuteStatementResp(
+                status=error_status("Internal error: %s" % _describe(exc)))
+        guid, secret = uuid.uuid4().bytes, uuid.uuid4().bytes
+        self.operations[guid] = _LocalOperation(guid, session.session_guid,
+                                                session.protocol_version, result,
+                                                started, _now_ms())
+        log.debug("local statement from %s returned %d rows", self.address, len(result.rows))
+        handle = ttypes.TOperationHandle(
+            operationId=ttypes.THandleIdentifier(guid=guid, secret=secret),
+            operationType=ttypes.TOperationType.EXECUTE_STATEMENT, hasResultSet=True)
+        return ttypes.TExecuteStatementResp(status=ok_status(), operationHandle=handle)
+
+    def _get_operation_status(self, msg: RawMessage) -> Optional[bytes]:
+        _, op = self._local_operation(msg)
+        if op is None:
+            return None
+        # Local statements run synchronously, so an async client polling
+        # here always sees them finished.
+        return self._reply(msg, ttypes.TGetOperationStatusResp(
+            status=ok_status(), operationState=ttypes.TOperationState.FINISHED_STATE,
+            hasResultSet=True, operationStarted=op.started_ms,
+            operationCompleted=op.completed_ms))
+
+    def _get_result_set_metadata(self, msg: RawMessage) -> Optional[bytes]:
+        _, op = self._local_operation(msg)
+        if op is None:
+            return None
+        return self._reply(msg, ttypes.TGetResultSetMetadataResp(
+            status=ok_status(), schema=table_schema(op.result.columns)))
+
+    def _fetch_results(self, msg: RawMessage) -> Optional[bytes]:
+        request, op = self._local_operation(msg)
+        if op is None:
+            return None
+        if request.fetchType == LOG_FETCH:
+            # Beeline polls the log of every statement; local ones have none.
+            return self._reply(msg, ttypes.TFetchResultsResp(
+                status=ok_status(), hasMoreRows=False,
+                results=empty_log_row_set(op.protocol_version)))
+        orientation = request.orientation
+        if orientation is None:
+            orientation = ttypes.TFetchOrientation.FETCH_NEXT
+        if orientation == ttypes.TFetchOrientation.FETCH_FIRST:
+            start = 0
+        elif orientation == ttypes.TFetchOrientation.FETCH_NEXT:
+            start = op.cursor
+        else:
+            name = ttypes.TFetchOrientation._VALUES_TO_NAMES.get(orientation, orientation)
+            return self._error_reply(msg, "The fetch type %s is not supported for this resultset"
+                                     % name, "HY106", 1000)
+        size = request.maxRows if request.maxRows and request.maxRows > 0 else DEFAULT_FETCH_SIZE
+        rows = op.result.rows[start:start + size]
+        end = start + len(rows)
+        try:
+            reply = self._reply(msg, ttypes.TFetchResultsResp(
+                status=ok_status(), hasMoreRows=end < len(op.result.rows),
+                results=build_row_set(op.result.columns, rows, start, op.protocol_version)))
+        except Exception as exc:
+            log.exception("cannot encode rows %d..%d of a local result", start, end)
+            return self._error_reply(msg, "Cannot encode result rows: %s" % _describe(exc))
+        op.cursor = end  # only once the batch is known to be encodable
+        return reply
+
+    def _close_operation(self, msg: RawMessage) -> Optional[bytes]:
+        _, op = self._local_operation(msg)
+        if op is None:
+            return None
+        self.operations.pop(op.guid, None)
+        return self._reply(msg, ttypes.TCloseOperationResp(status=ok_status()))
+
+    def _cancel_operation(self, msg: RawMessage) -> Optional[bytes]:
+        _, op = self._local_operation(msg)
+        if op is None:
+            return None
+        # Cancelling a finished operation is a no-op in HiveServer2 too.
+        return self._reply(msg, ttypes.TCancelOperationResp(status=ok_status()))
+
+    def _get_log(self, msg: RawMessage) -> Optional[bytes]:
+        _, op = self._local_operation(msg)
+        if op is None:
+            return None
+        return self._reply(msg, ttypes.TGetLogResp(status=ok_status(), log=""))
+
+
+class Gateway:
+    """HiveServer2 binary-protocol front end of the tierlake server.
+
+    ``handler`` (a :class:`StatementHandler`) answers the statements it
+    wants; everything else is relayed to the Spark Thrift Server at
+    ``backend_host:backend_port`` (which must run with
+    ``hive.server2.authentication=NOSASL``). ``auth`` is ``"PLAIN"`` (SASL
+    PLAIN, what Hive calls NONE/LDAP/CUSTOM; ``"NONE"`` is accepted as an
+    alias) or ``"NOSASL"`` (raw Thrift, clients use ``auth=noSasl``).
+    ``authenticator(user, password) -> bool`` checks PLAIN logins; ``None``
+    accepts everyone (development mode).
+    """
+
+    def __init__(self, host: str, port: int, backend_host: str, backend_port: int,
+                 handler: StatementHandler, auth: str = "PLAIN",
+                 authenticator: Optional[Authenticator] = None, max_connections: int = 256,
+                 *, connect_timeout: float = 10.0, handshake_timeout: float = 30.0,
+                 max_message_size: int = DEFAULT_MAX_MESSAGE):
+        mode = (auth or "PLAIN").upper()
+        mode = "PLAIN" if mode == "NONE" else mode
+        if mode not in ("PLAIN", "NOSASL"):
+            raise ValueError("auth must be 'PLAIN' or 'NOSASL', not %r" % auth)
+        if not isinstance(handler, StatementHandler):
+            raise TypeError("handler must have wants() and execute() methods")
+        self.host = host
+        self.port = port
+        self.backend_host = backend_host
+        self.backend_port = backend_port
+        self.handler = handler
+        self.auth = mode
+        self.authenticator = authenticator
+        self.max_connections = max_connections
+        self.connect_timeout = connect_timeout
+        self.handshake_timeout = handshake_timeout
+        self.max_message_size = max_message_size
+        self._sock: Optional[socket.socket] = None
+        self._accept_thread: Optional[threading.Thread] = None
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._connections: Dict[_Connection, threading.Thread] = {}
+        self._counter = 0
+
+    @property
+    def connection_count(self) -> int:
+        with self._lock:
+            return len(self._connections)
+
+    def start(self) -> "Gateway":
+        """Bind and listen; returns once clients can connect."""
+        if self._sock is not None:
+            raise RuntimeError("gateway already started")
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.create_server((self.host, self.port), family=family, backlog=128)
+        sock.settimeout(0.5)  # lets the accept loop notice stop()
+        self._sock = sock
+        self.port = sock.getsockname()[1]
+        self._stopping.clear()
+        self._accept_thread = threading.Thread(target=self._accept_loop, daemon=True,
+                                               name="tierlake-gateway-accept")
+        self._accept_thread.start()
+        log.info("gateway listening on %s:%d (auth %s), relaying to %s:%d", self.host,
+                 self.port, self.auth, self.backend_host, self.backend_port)
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop accepting and close every client connection."""
+        if self._sock is None:
+            return
+        self._stopping.set()
+        if self._accept_thread is not None:
+            self._accept_thread.join(timeout)
+        self._sock.close()
+        self._sock = None
+        with self._lock:
+            connections = list(self._connections.items())
+        for conn, _ in connections:
+            conn.close()
+        deadline = time.monotonic() + timeout
+        for _, thread in connections:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        log.info("gateway on port %d stopped", self.port)
+
+    def __enter__(self) -> "Gateway":
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    def _accept_loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                sock, address = self._sock.accept()
+            except socket.timeout:
+                continue
+            except OSError as exc:
+                if self._stopping.is_set():
+                    break
+                log.error("accept failed: %s", exc)  # e.g. out of file descriptors
+                time.sleep(0.1)
+                continue
+            with self._lock:
+                if len(self._connections) >= self.max_connections:
+                    log.warning("refusing %s:%s: %d connections open", address[0], address[1],
+                                len(self._connections))
+                    sock.close()
+                    continue
+                self._counter += 1
+                conn = _Connection(self, sock, address)
+                thread = threading.Thread(target=conn.run, daemon=True,
+                                          name="tierlake-gateway-%d" % self._counter)
+                self._connections[conn] = thread
+            thread.start()
+
+    def _forget(self, conn: _Connection) -> None:
+        with self._lock:
+            self._connections.pop(conn, None)

@@ -1,0 +1,135 @@
+"""Bring the ``sys`` schema up to date and (re)create the sys views.
+
+``sql/schema/NNNN_name.sql`` files run in order, each at most once per home:
+a migration is recorded in ``sys.schema_version`` after all its statements
+succeeded. Every statement is written to be idempotent (``IF NOT EXISTS``),
+so a crash between a statement and the record only repeats harmless work.
+Views (``sql/views/*.sql``) are plain ``CREATE OR REPLACE VIEW`` and run at
+every start, so a new release's view definitions always win.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import sql
+from server.exceptions import MigrationError
+
+log = logging.getLogger("tierlake.migrations")
+
+SCHEMA_DIR = "schema"
+VIEWS_DIR = "views"
+Q_RECORD_MIGRATION = "queries/record_migration.sql"
+Q_APPLIED_MIGRATIONS = "queries/applied_migrations.sql"
+_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    text: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+    @property
+    def statements(self) -> list[str]:
+        return sql.split_statements(self.text)
+
+
+def available() -> list[Migration]:
+    """The shipped migrations, in order; names must be ``NNNN_name.sql``."""
+    out = []
+    for path in sql.files(SCHEMA_DIR):
+        m = _NAME.match(path.name)
+        if not m:
+            raise MigrationError(f"bad migration file name {path.name}: expected NNNN_name.sql")
+        out.append(Migration(int(m.group(1)), path.name, path.read_text(encoding="utf-8")))
+    versions = [m.version for m in out]
+    if len(set(versions)) != len(versions):
+        raise MigrationError("two migrations share a number")
+    return out
+
+
+def schema_version(spark: Any) -> int:
+    """The highest applied migration, 0 on a fresh home."""
+    return max(applied(spark), default=0)
+
+
+def applied(spark: Any) -> dict[int, str]:
+    if not spark.catalog.tableExists("sys.schema_version"):
+        return {}
+    rows = spark.sql(sql.read(Q_APPLIED_MIGRATIONS)).collect()
+    return {r["version"]: r["checksum"] for r in rows}
+
+
+def migrate(spark: Any) -> list[int]:
+    """Apply pending migrations; return the versions applied now."""
+    done = applied(spark)
+    ran = []
+    for migration in available():
+        if migration.version in done:
+            if done[migration.version] != migration.checksum:
+                log.warning(
+                    "migration %s changed after it was applied; it is not re-run", migration.name
+                )
+            continue
+        log.info("applying migration %s", migration.name)
+        for statement in migration.statements:
+            try:
+                spark.sql(statement)
+            except Exception as e:
+                raise MigrationError(f"migration {migration.name} failed: {e}") from e
+        spark.sql(
+            sql.read(Q_RECORD_MIGRATION),
+            args={"version": migration.version, "name": migration.name, "checksum": migration.checksum},
+        )
+        ran.append(migration.version)
+    return ran
+
+
+def create_views(spark: Any) -> list[str]:
+    """(Re)create every sys view."""
+    names = []
+    for path in sql.files(VIEWS_DIR):
+        for statement in sql.split_statements(path.read_text(encoding="utf-8")):
+            try:
+                spark.sql(statement)
+            except Exception as e:
+                raise MigrationError(f"view {path.name} failed: {e}") from e
+        names.append(path.stem)
+    return names
+
+
+def refresh_procedure_catalog(spark: Any, registry: Any) -> int:
+    """Rewrite ``sys.procedure_catalog`` from the registry (one Iceberg commit)."""
+    from pyspark.sql.types import BooleanType, StringType, StructField, StructType
+
+    schema = StructType(
+        [
+            StructField("name", StringType()),
+            StructField("signature", StringType()),
+            StructField("returns", StringType()),
+            StructField("description", StringType()),
+            StructField("read_only", BooleanType()),
+        ]
+    )
+    rows = [
+        (
+            p.qualified_name,
+            p.signature(),
+            ", ".join(f"{n} {t.upper()}" for n, t in p.returns),
+            p.description,
+            p.read_only,
+        )
+        for p in registry
+    ]
+    # DataFrame write: values are bound, never pasted into SQL text.
+    spark.createDataFrame(rows, schema).writeTo("sys.procedure_catalog").overwritePartitions()
+    return len(rows)

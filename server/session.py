@@ -1,0 +1,196 @@
+"""The SparkSession: Iceberg's SparkSessionCatalog over a Hive metastore.
+
+Everything lives under ``$TIERLAKE_HOME``: the Derby metastore, the warehouse,
+logs and the rebuilt Jackson jar. See DESIGN.md §2 for why each setting is
+what it is.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+from server.config import Config
+from server.exceptions import HomeInUseError, MigrationError
+from server.jars import resolve_iceberg_jars
+from server.logsetup import log4j2_config
+
+log = logging.getLogger("tierlake.session")
+
+# Tables Hive's TxnDbUtil.prepDb creates; Iceberg's HiveTableOperations takes
+# metastore locks in HIVE_LOCKS, so they must exist before the first commit.
+LOCK_TABLES = (
+    "TXNS", "TXN_COMPONENTS", "COMPLETED_TXN_COMPONENTS", "NEXT_TXN_ID",
+    "HIVE_LOCKS", "NEXT_LOCK_ID", "COMPACTION_QUEUE", "NEXT_COMPACTION_QUEUE_ID",
+    "COMPLETED_COMPACTIONS", "AUX_TABLE", "WRITE_SET",
+)
+
+
+class HomeLock:
+    """An exclusive lock on ``$TIERLAKE_HOME``.
+
+    Embedded Derby lets only one JVM open the metastore; a second server on
+    the same home would otherwise fail deep inside Hive with an unreadable
+    error (or, with a shared file system, corrupt it).
+    """
+
+    def __init__(self, home: Path):
+        self.path = home / "tierlake.lock"
+        self._fd: int | None = None
+
+    def acquire(self) -> "HomeLock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise HomeInUseError(
+                f"TIERLAKE_HOME {self.path.parent} is in use by another tierlake process "
+                f"(pid {owner}); stop it or start this one with --home DIR"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def derby_url(config: Config) -> str:
+    return f"jdbc:derby:;databaseName={config.metastore_dir.as_posix()};create=true"
+
+
+def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
+    """Every Spark setting of the server, user settings last (they win)."""
+    home = config.home
+    settings = {
+        "spark.app.name": "tierlake",
+        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        "spark.sql.catalog.spark_catalog": "org.apache.iceberg.spark.SparkSessionCatalog",
+        "spark.sql.catalog.spark_catalog.type": "hive",
+        # Every JDBC session of the Thrift Server has its own catalog
+        # instance; with Iceberg's table cache on, a commit made in one
+        # session stays invisible to the others for up to 30 s.
+        "spark.sql.catalog.spark_catalog.cache-enabled": "false",
+        "spark.sql.catalogImplementation": "hive",
+        "spark.sql.warehouse.dir": config.warehouse_dir.as_uri(),
+        "spark.hadoop.hive.metastore.warehouse.dir": config.warehouse_dir.as_uri(),
+        "spark.hadoop.javax.jdo.option.ConnectionURL": derby_url(config),
+        "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
+        "spark.hadoop.hive.metastore.schema.verification": "false",
+        # The internal Spark Thrift Server: loopback only, no SASL; the
+        # gateway in front of it does authentication.
+        "spark.hadoop.hive.server2.thrift.bind.host": "127.0.0.1",
+        "spark.hadoop.hive.server2.thrift.port": str(thrift_port),
+        "spark.hadoop.hive.server2.authentication": "NOSASL",
+        "spark.hadoop.hive.server2.transport.mode": "binary",
+        "spark.sql.hive.thriftServer.singleSession": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.showConsoleProgress": "false",
+    }
+    java_opts = [
+        f"-Dlog4j2.configurationFile={log4j2_config(config.logs_dir).as_uri()}",
+        f"-Dderby.system.home={home.as_posix()}",
+        f"-Dderby.stream.error.file={(config.logs_dir / 'derby.log').as_posix()}",
+    ]
+    user = config.spark_conf()
+    if "spark.jars.packages" not in user:
+        jars = resolve_iceberg_jars(home, os.environ.get("TIERLAKE_ICEBERG_JARS"))
+        # Both: spark.jars alone is not seen by the Thrift Server's handler
+        # threads (DATA_SOURCE_NOT_FOUND: iceberg), the driver classpath is.
+        settings["spark.jars"] = ",".join(str(j) for j in jars)
+        settings["spark.driver.extraClassPath"] = os.pathsep.join(str(j) for j in jars)
+    extra = user.pop("spark.driver.extraJavaOptions", "")
+    settings["spark.driver.extraJavaOptions"] = " ".join(java_opts + ([extra] if extra else []))
+    settings.update(user)
+    return settings
+
+
+def build_spark(config: Config, thrift_port: int) -> Any:
+    """Create the SparkSession (the JVM starts here)."""
+    from pyspark.sql import SparkSession
+
+    config.home.mkdir(parents=True, exist_ok=True)
+    builder = SparkSession.builder.master(config.get("tierlake.master", "local[*]"))
+    for key, value in spark_settings(config, thrift_port).items():
+        builder = builder.config(key, value)
+    spark = builder.enableHiveSupport().getOrCreate()
+    log.info("SparkSession started: Spark %s, master %s", spark.version, spark.sparkContext.master)
+    # Opening the metastore creates its Derby schema on first start.
+    spark.sql("SHOW DATABASES").collect()
+    ensure_lock_tables(spark, config)
+    return spark
+
+
+def ensure_lock_tables(spark: Any, config: Config) -> None:
+    """Create Hive's transaction/lock tables if missing (TxnDbUtil.prepDb).
+
+    prepDb is not idempotent ("Table/View 'TXNS' already exists"), so it runs
+    only when tables are missing. A half-created set (a crash during the very
+    first start) is dropped and created again: nothing can have used it.
+    """
+    jvm = spark.sparkContext._jvm
+    hconf = jvm.org.apache.hadoop.hive.conf.HiveConf(
+        spark.sparkContext._jsc.hadoopConfiguration(),
+        jvm.java.lang.Class.forName("org.apache.hadoop.hive.conf.HiveConf"),
+    )
+    hconf.set("javax.jdo.option.ConnectionURL", derby_url(config))
+    conn = jvm.java.sql.DriverManager.getConnection(derby_url(config))
+    try:
+        present = set()
+        rs = conn.getMetaData().getTables(None, None, None, None)
+        while rs.next():
+            present.add(rs.getString("TABLE_NAME").upper())
+        rs.close()
+        existing = [t for t in LOCK_TABLES if t in present]
+        if len(existing) == len(LOCK_TABLES):
+            return
+        stmt = conn.createStatement()
+        for table in existing:
+            log.warning("dropping half-created Hive lock table %s", table)
+            stmt.execute(f'DROP TABLE "{table}"')
+        stmt.close()
+    finally:
+        conn.close()
+    try:
+        jvm.org.apache.hadoop.hive.metastore.txn.TxnDbUtil.prepDb(hconf)
+    except Exception as e:  # py4j error: surface as a startup failure
+        raise MigrationError(f"cannot create the Hive lock tables: {e}") from e
+    log.info("created the Hive metastore lock tables")
+
+
+def start_thrift_server(spark: Any) -> Any:
+    """Start the Spark Thrift Server in this JVM, on the internal port."""
+    jvm = spark.sparkContext._jvm
+    server = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(
+        spark._jsparkSession.sqlContext()
+    )
+    return server
+
+
+def iceberg_table(spark: Any, name: str) -> Any:
+    """The Iceberg ``Table`` (Java) behind ``name`` in the session catalog.
+
+    Spark3Util resolves names through the thread's *active* SparkSession; a
+    py4j thread other than the one that built the session has none and gets
+    Spark's V1 table instead ("V1Table(...) is not an Iceberg table").
+    """
+    jvm = spark.sparkContext._jvm
+    jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+    return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)

@@ -1,0 +1,50 @@
+"""Table names as users write them: ``db.t``, ```db`.`t```, ``t`` (current database)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+
+import sql
+from server.exceptions import InvalidIdentifierError
+
+SESSION_CATALOG = "spark_catalog"
+
+
+@dataclass(frozen=True)
+class TablePath:
+    database: str
+    table: str
+
+    def __str__(self) -> str:
+        return f"{self.database}.{self.table}"
+
+    @property
+    def quoted(self) -> str:
+        return sql.quote_table(self.database, self.table)
+
+
+def parse_table_path(text: str, default_database: str = "default") -> TablePath:
+    """Parse and validate a table name; Hive stores names in lower case, so do we."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidIdentifierError("a table name must not be empty")
+    if len(text) > 512:
+        raise InvalidIdentifierError(f"table name too long ({len(text)} characters)")
+    try:
+        table = sqlglot.parse_one(text, read="spark", into=exp.Table)
+    except (ParseError, TokenError):
+        raise InvalidIdentifierError(f"invalid table name {text!r}: expected db.table") from None
+    parts = [p.name for p in table.parts]
+    if len(parts) == 3 and parts[0].lower() == SESSION_CATALOG:
+        parts = parts[1:]
+    if not 1 <= len(parts) <= 2 or any(not p for p in parts):
+        raise InvalidIdentifierError(f"invalid table name {text!r}: expected db.table")
+    for p in parts:
+        if any(ord(c) < 32 for c in p):
+            raise InvalidIdentifierError(f"invalid table name {text!r}: control characters are not allowed")
+    if len(parts) == 1:
+        parts = [default_database, parts[0]]
+    return TablePath(parts[0].lower(), parts[1].lower())

@@ -1,0 +1,78 @@
+"""The SQL of tierlake, as files: ``schema/`` migrations, ``views/``,
+``templates/`` (jinja2) and ``queries/`` (parameterised statements).
+
+Identifiers reach templates only through the ``ident``/``table`` filters
+(quoted by sqlglot); values never reach them: they are bound through Spark's
+named parameter markers (``:name``) when the statement runs.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+import sqlglot
+from sqlglot import exp
+from sqlglot.tokens import TokenType
+
+SQL_DIR = Path(__file__).resolve().parent
+DIALECT = "spark"
+
+
+def quote_ident(name: str) -> str:
+    """A safely quoted Spark identifier (backticks, embedded ones doubled)."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"invalid identifier {name!r}")
+    return exp.to_identifier(name, quoted=True).sql(dialect=DIALECT)
+
+
+def quote_table(*parts: str) -> str:
+    """``db``, ``table`` → ```db`.`table```."""
+    return ".".join(quote_ident(p) for p in parts)
+
+
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(SQL_DIR)),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["ident"] = quote_ident
+    env.filters["table"] = lambda parts: quote_table(*parts) if isinstance(parts, (list, tuple)) else quote_table(parts)
+    return env
+
+
+def render(template: str, **context) -> str:
+    """Render ``template`` (a path relative to ``sql/``)."""
+    return environment().get_template(template).render(**context)
+
+
+def read(path: str) -> str:
+    """The text of a plain SQL file under ``sql/``."""
+    return (SQL_DIR / path).read_text(encoding="utf-8")
+
+
+def split_statements(text: str) -> list[str]:
+    """Split a SQL script on top-level semicolons (strings and comments respected)."""
+    tokens = sqlglot.Dialect.get_or_raise(DIALECT).tokenize(text)
+    statements, start = [], 0
+    for tok in tokens:
+        if tok.token_type == TokenType.SEMICOLON:
+            chunk = text[start : tok.start].strip()
+            if chunk:
+                statements.append(chunk)
+            start = tok.end + 1
+    tail = text[start:].strip()
+    if tail and any(t.start >= start for t in tokens):
+        statements.append(tail)
+    return statements
+
+
+def files(subdir: str, suffix: str = ".sql") -> list[Path]:
+    """The files of ``sql/<subdir>`` in name order."""
+    return sorted(p for p in (SQL_DIR / subdir).iterdir() if p.name.endswith(suffix))

@@ -1,0 +1,1 @@
+SELECT version, name, checksum FROM sys.schema_version ORDER BY version

@@ -1,0 +1,2 @@
+INSERT INTO sys.schema_version
+VALUES (:version, :name, :checksum, current_timestamp())

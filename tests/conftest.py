@@ -1,0 +1,111 @@
+"""Shared fixtures. One tierlake server (one SparkSession) per test process."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_collection_modifyitems(items):
+    # A test that uses the server (or anything that starts a JVM) is an
+    # integration test, whatever its module says.
+    for item in items:
+        if {"server", "spark", "beeline"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    """The real thing: Spark + Iceberg + sys schema + Thrift Server + gateway."""
+    from server.app import Server
+    from server.config import Config
+    from server.logsetup import configure_python_logging
+
+    home = tmp_path_factory.mktemp("tierlake-home")
+    config = Config.load(
+        home=home,
+        conf={
+            "tierlake.master": "local[2]",
+            "tierlake.gateway.port": "0",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.driver.memory": "2g",
+        },
+    )
+    configure_python_logging(config.logs_dir)
+    srv = Server(config).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(server):
+    return server.spark
+
+
+@pytest.fixture
+def hive_cursor(server):
+    """A PyHive cursor through the gateway (SASL PLAIN), closed after the test."""
+    from pyhive import hive
+
+    conn = hive.connect("127.0.0.1", server.gateway.port, username="tester")
+    yield conn.cursor()
+    conn.close()
+
+
+def _java_classpath() -> str:
+    from server.jars import pyspark_jars_dir
+
+    return str(pyspark_jars_dir() / "*")
+
+
+class Beeline:
+    """beeline (Hive JDBC) from pyspark's own jars."""
+
+    def __init__(self, port: int):
+        self.port = port
+
+    def run(self, script: str, url_options: str = "", timeout: int = 120) -> subprocess.CompletedProcess:
+        import tempfile
+
+        url = f"jdbc:hive2://127.0.0.1:{self.port}/default{url_options}"
+        # A script file, not -e: beeline runs "-e" text as one command, so
+        # "!tables" followed by SQL would be read as a single line.
+        with tempfile.NamedTemporaryFile("w", suffix=".sql") as f:
+            f.write(script if script.endswith("\n") else script + "\n")
+            f.flush()
+            return subprocess.run(
+                ["java", "-cp", _java_classpath(), "org.apache.hive.beeline.BeeLine",
+                 "-u", url, "-n", "beeline-user", "--silent=true", "--outputformat=csv2",
+                 "--showHeader=true", "-f", f.name],
+                capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+            )
+
+
+@pytest.fixture(scope="session")
+def beeline(server):
+    return Beeline(server.gateway.port)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tierlake_command() -> list[str]:
+    return [sys.executable, "-m", "server.cli"]
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
+    return env

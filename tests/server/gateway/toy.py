@@ -1,0 +1,62 @@
+"""A toy statement handler for the gateway tests: ``CALL TOY.<NAME>(<n>)``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import threading
+
+from server.exceptions import SqlSyntaxError, UnknownProcedureError
+from server.gateway.protocol import LocalResult, SessionInfo
+
+ROWS_COLUMNS = [("name", "string"), ("n", "bigint"), ("ts", "timestamp"), ("nothing", "string")]
+BASE_TS = dt.datetime(2024, 1, 2, 3, 4, 5)
+_CALL = re.compile(r"^\s*CALL\s+TOY\.(\w+)\s*\(\s*(\d*)\s*\)\s*;?\s*$", re.IGNORECASE)
+
+
+def toy_row(i: int) -> tuple:
+    return (f"row{i}", i, BASE_TS + dt.timedelta(seconds=i, microseconds=250000 * (i % 4)), None)
+
+
+def toy_ts_text(i: int) -> str:
+    """How the gateway (and Spark) render toy_row(i)'s timestamp."""
+    ts = toy_row(i)[2]
+    text = ts.strftime("%Y-%m-%d %H:%M:%S")
+    return text + (".%06d" % ts.microsecond).rstrip("0") if ts.microsecond else text
+
+
+class ToyHandler:
+    """ROWS(n): n rows of (string, bigint, timestamp, NULL); FAIL(): a
+    TierlakeError; BOOM(): a plain exception; WHOAMI(): the session info;
+    HUGE(): a bigint that cannot be encoded; BADTYPE(): an unsupported type."""
+
+    def __init__(self):
+        self.sessions: list[SessionInfo] = []
+        self._lock = threading.Lock()
+
+    def wants(self, statement: str) -> bool:
+        if "WANTS_EXPLODES" in statement:
+            raise RuntimeError("wants exploded")
+        return statement.lstrip().upper().startswith("CALL TOY.")
+
+    def execute(self, statement: str, session: SessionInfo) -> LocalResult:
+        with self._lock:
+            self.sessions.append(session)
+        match = _CALL.match(statement)
+        if not match:
+            raise SqlSyntaxError(f"cannot parse {statement!r}")
+        name, arg = match.group(1).upper(), match.group(2)
+        if name == "ROWS":
+            return LocalResult(ROWS_COLUMNS, [toy_row(i) for i in range(int(arg or 3))])
+        if name == "FAIL":
+            raise UnknownProcedureError("procedure toy.fail does not exist")
+        if name == "BOOM":
+            raise RuntimeError("kaboom")
+        if name == "WHOAMI":
+            return LocalResult([("user", "string"), ("protocol", "int"), ("address", "string")],
+                               [(session.user, session.protocol_version, session.client_address)])
+        if name == "HUGE":
+            return LocalResult([("n", "bigint")], [(1,), (1 << 70,)])
+        if name == "BADTYPE":
+            return LocalResult([("x", "geometry")], [("POINT(0 0)",)])
+        raise UnknownProcedureError(f"procedure toy.{name.lower()} does not exist")

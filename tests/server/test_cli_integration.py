@@ -1,0 +1,108 @@
+"""`tierlake server` as a user runs it: a subprocess, the ready line, signals,
+a second server on the same home, restart with state intact, `tierlake sql`."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from server import migrations
+from tests.conftest import free_port, subprocess_env, tierlake_command
+
+pytestmark = pytest.mark.integration
+
+READY = re.compile(r"^tierlake ready: (jdbc:hive2://127\.0\.0\.1:(\d+)/default)$")
+
+
+def _start(home, port, timeout=240):
+    proc = subprocess.Popen(
+        tierlake_command() + ["server", "--home", str(home), "--port", str(port),
+                              "--conf", "tierlake.master=local[2]",
+                              "--conf", "spark.sql.shuffle.partitions=2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env(),
+    )
+    deadline = time.monotonic() + timeout
+    line = proc.stdout.readline()
+    if not line and time.monotonic() < deadline:
+        proc.wait(timeout=30)
+        raise AssertionError(f"server exited {proc.returncode}: {proc.stderr.read()[-3000:]}")
+    return proc, line.rstrip("\n")
+
+
+def _stop(proc):
+    proc.send_signal(signal.SIGTERM)
+    return proc.wait(timeout=120)
+
+
+def _sql(url, *statements):
+    return subprocess.run(
+        tierlake_command() + ["sql", "--url", url, *statements],
+        capture_output=True, text=True, env=subprocess_env(), timeout=180,
+    )
+
+
+def test_server_lifecycle_restart_and_home_lock(tmp_path):
+    home = tmp_path / "home"
+    port = free_port()
+    proc, line = _start(home, port)
+    try:
+        m = READY.match(line)
+        assert m, line
+        assert int(m.group(2)) == port
+        url = m.group(1)
+        # Nothing else reaches the console: the rest goes to $TIERLAKE_HOME/logs.
+        assert (home / "logs" / "tierlake.log").exists()
+        assert (home / "logs" / "spark.log").exists()
+
+        second = subprocess.run(
+            tierlake_command() + ["server", "--home", str(home), "--port", str(free_port())],
+            capture_output=True, text=True, env=subprocess_env(), timeout=120,
+        )
+        assert second.returncode == 2
+        assert "is in use by another tierlake process" in second.stderr
+        assert f"pid {proc.pid}" in second.stderr
+
+        r = _sql(
+            url,
+            "CREATE DATABASE IF NOT EXISTS shop",
+            "CREATE TABLE shop.orders (id BIGINT, amount DOUBLE) USING iceberg",
+            "INSERT INTO shop.orders VALUES (1, 9.5), (2, 3.25)",
+            "SELECT version, name FROM sys.schema_version ORDER BY version",
+        )
+        assert r.returncode == 0, r.stderr
+        assert "0001_sys_base.sql" in r.stdout
+        bad = _sql(url, "CALL sys.nope()")
+        assert bad.returncode == 1
+        assert "unknown procedure sys.nope" in bad.stderr and "state=42883" in bad.stderr
+    finally:
+        assert _stop(proc) == 0
+    assert proc.stdout.read() == ""  # exactly one line on the console
+
+    proc, line = _start(home, port)
+    try:
+        assert READY.match(line), line
+        r = _sql(
+            line.split(": ", 1)[1],
+            "SELECT id, amount FROM shop.orders ORDER BY id",
+            "SELECT count(*) AS applied FROM sys.schema_version",
+            "SELECT count(*) AS views FROM sys.lake_tiering_status",
+            "CALL sys.version()",
+        )
+        assert r.returncode == 0, r.stderr
+        assert re.search(r"\|\s*1\s*\|\s*9\.5\s*\|", r.stdout)
+        assert re.search(r"\|\s*2\s*\|\s*3\.25\s*\|", r.stdout)
+        # One row per migration: a restart does not re-run them.
+        applied = re.search(r"\| applied \|\n\+-+\+\n\|\s*(\d+)\s*\|", r.stdout)
+        assert applied and int(applied.group(1)) == len(migrations.available())
+    finally:
+        assert _stop(proc) == 0
+
+
+def test_sql_cli_reports_errors_with_sqlstate(tmp_path):
+    r = _sql(f"jdbc:hive2://127.0.0.1:{free_port()}/default", "SELECT 1")
+    assert r.returncode == 2
+    assert "cannot connect" in r.stderr

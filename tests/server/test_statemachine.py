@@ -1,0 +1,189 @@
+"""The tiering state machine without a JVM."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from server import statemachine as sm
+from server.exceptions import IllegalTransitionError
+from server.statemachine import FailedEntry, FinishedEntry, Policy, Status, TableState, TieringEntry
+
+T0 = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
+POLICY = Policy(heartbeat_timeout=timedelta(seconds=60), retry_backoff=timedelta(seconds=5))
+ALL = [None, *Status]
+
+
+def table(table_id=1, status=None, **kw) -> TableState:
+    return TableState(table_id, "shop", f"t{table_id}", "shop_lake", f"t{table_id}", status=status, **kw)
+
+
+LEGAL = sorted(
+    ((src, dst) for src, dsts in sm.TRANSITIONS.items() for dst in dsts),
+    key=lambda p: (str(p[0]), p[1].value),
+)
+ILLEGAL = [
+    (src, dst)
+    for src, dst in itertools.product(ALL, Status)
+    if dst not in sm.TRANSITIONS.get(src, frozenset())
+]
+
+
+def test_the_transition_table_is_fluss_s_plus_force_finished():
+    assert {(s and s.value, d.value) for s, d in LEGAL} == {
+        (None, "New"), (None, "Initialized"),
+        ("New", "Scheduled"), ("Initialized", "Scheduled"),
+        ("Scheduled", "Pending"), ("Pending", "Tiering"),
+        ("Tiering", "Tiered"), ("Tiering", "Failed"),
+        ("Tiered", "Scheduled"), ("Tiered", "Pending"),
+        ("Failed", "Pending"),
+    }
+
+
+@pytest.mark.parametrize("src,dst", LEGAL, ids=lambda v: getattr(v, "value", str(v)))
+def test_every_legal_transition(src, dst):
+    state = table(status=src, tiering_epoch=3)
+    sm.transition(state, dst, T0)
+    assert state.status is dst
+    assert state.updated_at == T0
+    # Every entry into Pending, and only that, bumps the epoch.
+    assert state.tiering_epoch == (4 if dst is Status.PENDING else 3)
+
+
+@pytest.mark.parametrize("src,dst", ILLEGAL, ids=lambda v: getattr(v, "value", str(v)))
+def test_every_illegal_transition_raises(src, dst):
+    state = table(status=src, tiering_epoch=3)
+    with pytest.raises(IllegalTransitionError) as info:
+        sm.transition(state, dst, T0)
+    assert f"-> {dst.value}" in info.value.message
+    assert state.status is src and state.tiering_epoch == 3
+
+
+def test_full_cycle_through_heartbeats():
+    states = {1: table()}
+    sm.register(states[1], Status.NEW, T0)
+    assert states[1].status is Status.SCHEDULED
+    out = sm.heartbeat(states, "job-1", [], [], [], True, T0, POLICY)
+    assert [a.row() for a in out.answers] == [("assigned", 1, "shop.t1", 1, None)]
+    assert states[1].status is Status.TIERING and states[1].job_id == "job-1"
+
+    out = sm.heartbeat(states, "job-1", [TieringEntry(1, 1)], [], [], False, T0 + timedelta(seconds=5), POLICY)
+    assert out.answers[0].error is None
+    done = T0 + timedelta(seconds=10)
+    out = sm.heartbeat(states, "job-1", [], [FinishedEntry(1, 1, rows=5, bytes=10, files=1, tiered_position=7)],
+                       [], False, done, POLICY)
+    assert states[1].status is Status.SCHEDULED
+    assert states[1].last_tiered_time == done and states[1].tiered_position == 7
+    (rnd,) = out.rounds
+    assert (rnd.outcome, rnd.rows, rnd.start_position, rnd.end_position, rnd.duration_ms) == (
+        "finished", 5, None, 7, 10_000)
+    # Not due before the freshness (1 min default) has passed since the round finished.
+    out = sm.heartbeat(states, "job-1", [], [], [], True, done + timedelta(seconds=59), POLICY)
+    assert out.answers == [] and states[1].status is Status.SCHEDULED
+    out = sm.heartbeat(states, "job-1", [], [], [], True, done + timedelta(seconds=60), POLICY)
+    assert out.answers[0].kind == "assigned" and out.answers[0].tiering_epoch == 2
+
+
+def test_freshness_comes_from_the_table_property():
+    state = table(status=Status.TIERING, tiering_epoch=1, job_id="j", properties={"table.datalake.freshness": "5 s"})
+    sm.finish(state, FinishedEntry(1, 1), T0, sm.Outcome())
+    assert state.next_due == T0 + timedelta(seconds=5)
+
+
+def test_force_finished_goes_pending_at_once_with_a_new_epoch():
+    states = {1: table(status=Status.TIERING, tiering_epoch=4, job_id="j")}
+    out = sm.heartbeat(states, "j", [], [FinishedEntry(1, 4, force_finished=True)], [], False, T0, POLICY)
+    assert states[1].status is Status.PENDING and states[1].tiering_epoch == 5
+    assert out.rounds[0].outcome == "force_finished"
+
+
+def test_failure_keeps_the_error_until_the_next_success():
+    states = {1: table(status=Status.TIERING, tiering_epoch=2, job_id="j")}
+    long_error = "boom 'quoted'\nnew line ✓ " + "x" * 10_000
+    sm.heartbeat(states, "j", [], [], [FailedEntry(1, 2, long_error)], False, T0, POLICY)
+    s = states[1]
+    assert s.status is Status.FAILED
+    assert len(s.last_error) == sm.MAX_ERROR_CHARS and s.last_error.endswith("…")
+    assert s.last_error.startswith("boom 'quoted'\nnew line ✓ ")
+    assert s.last_error_time == T0 and s.failure_count == 1
+    # Back-off, then Pending with a new epoch.
+    sm.schedule(states, T0 + timedelta(seconds=4), POLICY)
+    assert s.status is Status.FAILED
+    sm.schedule(states, T0 + timedelta(seconds=5), POLICY)
+    assert s.status is Status.PENDING and s.tiering_epoch == 3
+    assert s.last_error is not None  # still visible while it retries
+    sm.heartbeat(states, "k", [], [], [], True, T0 + timedelta(seconds=6), POLICY)
+    sm.heartbeat(states, "k", [], [FinishedEntry(1, 3)], [], False, T0 + timedelta(seconds=7), POLICY)
+    assert s.last_error is None and s.last_error_time is None and s.failure_count == 0
+
+
+def test_backoff_doubles_and_is_capped():
+    policy = Policy(retry_backoff=timedelta(seconds=5), retry_backoff_max=timedelta(seconds=30))
+    assert [policy.backoff(n).total_seconds() for n in range(1, 6)] == [5, 10, 20, 30, 30]
+
+
+def test_a_failure_without_message_still_works():
+    states = {1: table(status=Status.TIERING, tiering_epoch=1, job_id="j")}
+    out = sm.heartbeat(states, "j", [], [], [FailedEntry(1, 1)], False, T0, POLICY)
+    assert out.answers[0].error is None
+    assert states[1].status is Status.FAILED and states[1].last_error is None
+
+
+def test_bad_entries_are_answered_alone():
+    states = {
+        1: table(1, status=Status.TIERING, tiering_epoch=3, job_id="j"),
+        2: table(2, status=Status.TIERING, tiering_epoch=1, job_id="other"),
+        3: table(3, status=Status.PENDING, tiering_epoch=1),
+    }
+    out = sm.heartbeat(
+        states, "j",
+        tiering=[TieringEntry(1, 2), TieringEntry(2, 1), TieringEntry(3, 1), TieringEntry(99, 1)],
+        finished=[FinishedEntry(1, 3)], failed=[], request_table=False, now=T0, policy=POLICY,
+    )
+    errors = {(a.kind, a.table_id): a.error for a in out.answers}
+    assert "tiering epoch 2 of table shop.t1 (id 1) is stale: the current epoch is 3" in errors[("tiering", 1)]
+    assert "is being tiered by job other, not j" in errors[("tiering", 2)]
+    assert "is not being tiered (status Pending)" in errors[("tiering", 3)]
+    assert "table id 99 is not registered" in errors[("tiering", 99)]
+    assert errors[("finished", 1)] is None and states[1].status is Status.SCHEDULED
+
+
+def test_timeout_requeues_with_an_error_naming_the_job():
+    states = {1: table(status=Status.TIERING, tiering_epoch=1, job_id="job-7", last_heartbeat=T0)}
+    sm.schedule(states, T0 + timedelta(seconds=59), POLICY)
+    assert states[1].status is Status.TIERING
+    out = sm.schedule(states, T0 + timedelta(seconds=61), POLICY)
+    s = states[1]
+    assert s.status is Status.PENDING and s.tiering_epoch == 2 and s.job_id is None
+    assert "tiering job job-7 sent no heartbeat for 61 s" in s.last_error
+    assert out.rounds[0].outcome == "timed_out"
+
+
+def test_renewals_held_in_memory_prevent_the_timeout():
+    states = {1: table(status=Status.TIERING, tiering_epoch=1, job_id="j", last_heartbeat=T0)}
+    liveness = {1: T0 + timedelta(seconds=50)}
+    sm.schedule(states, T0 + timedelta(seconds=70), POLICY, liveness)
+    assert states[1].status is Status.TIERING
+
+
+def test_the_most_overdue_pending_table_is_assigned_first():
+    states = {
+        1: table(1, status=Status.PENDING, pending_since=T0 + timedelta(seconds=5)),
+        2: table(2, status=Status.PENDING, pending_since=T0),
+    }
+    out = sm.heartbeat(states, "a", [], [], [], True, T0 + timedelta(seconds=10), POLICY)
+    assert out.answers[0].table_id == 2
+    out = sm.heartbeat(states, "b", [], [], [], True, T0 + timedelta(seconds=10), POLICY)
+    assert out.answers[0].table_id == 1
+    out = sm.heartbeat(states, "c", [], [], [], True, T0 + timedelta(seconds=10), POLICY)
+    assert out.answers == []
+
+
+def test_retry_only_from_failed():
+    s = table(status=Status.FAILED, tiering_epoch=1)
+    sm.retry(s, T0)
+    assert s.status is Status.PENDING and s.tiering_epoch == 2
+    with pytest.raises(IllegalTransitionError, match="only a Failed table can be retried"):
+        sm.retry(s, T0)
