@@ -11,6 +11,7 @@ from server.exceptions import InvalidArgumentError, NoSuchTableError
 from server.session import iceberg_table
 from server.statemachine import FailedEntry, FinishedEntry, Status, TableState, TieringEntry
 from server.tablepath import TablePath, parse_table_path
+from server.tiering.tables import prepare_existing
 
 STATUS_COLUMNS = [
     ("database_name", "string"), ("table_name", "string"), ("status", "string"),
@@ -42,7 +43,7 @@ def tiering_properties(all_props: dict[str, str]) -> dict[str, str]:
 
 def existing_table(spark: Any, name: str) -> TablePath:
     path = parse_table_path(name, spark.catalog.currentDatabase())
-    if not spark.catalog.tableExists(path.table, path.database):
+    if not spark.catalog.tableExists(path.quoted):
         raise NoSuchTableError(f"table {path} does not exist")
     return path
 
@@ -113,10 +114,17 @@ def enable_tiering(ctx: Context, table: str):
     """
     path = existing_table(ctx.spark, table)
     try:
-        props = iceberg_properties(ctx.spark, path)
+        iceberg_properties(ctx.spark, path)
     except Exception as e:  # noqa: BLE001 - not an Iceberg table
         raise InvalidArgumentError(f"table {path} is not an Iceberg table; tiering needs an Iceberg stream table") from e
-    suffix = (ctx.config.get("tierlake.lake.database-suffix", "_lake") if ctx.config else "_lake")
+    lake = prepare_existing(ctx.spark, ctx.config, path)
+    state, created = register_table(ctx, path, lake, Status.INITIALIZED)
+    return [(state.table_id, str(path), f"{state.lake_database}.{state.lake_table}", state.status.value, created)]
+
+
+def register_table(ctx: Context, path: TablePath, lake: TablePath, initial: Status) -> tuple[TableState, bool]:
+    """Register ``path`` with the coordinator (idempotent): ``(state, created)``."""
+    props = iceberg_properties(ctx.spark, path)
     next_id = ctx.spark.sql(sql.read(Q_MAX_TABLE_ID)).collect()[0]["max_id"] + 1
 
     def change(states, now):
@@ -124,14 +132,13 @@ def enable_tiering(ctx: Context, table: str):
         if found is not None:
             return (found, False), False, []
         table_id = max([next_id, *(s.table_id + 1 for s in states.values())])
-        state = TableState(table_id, path.database, path.table, path.database + suffix, path.table,
+        state = TableState(table_id, path.database, path.table, lake.database, lake.table,
                            properties=tiering_properties(props))
-        sm.register(state, Status.INITIALIZED, now)
+        sm.register(state, initial, now)
         states[table_id] = state
         return (state, True), True, []
 
-    state, created = coordinator(ctx).mutate(change)
-    return [(state.table_id, str(path), f"{state.lake_database}.{state.lake_table}", state.status.value, created)]
+    return coordinator(ctx).mutate(change)
 
 
 @registry.procedure(returns=[("table_id", "bigint"), ("table_path", "string"), ("previous_status", "string")])

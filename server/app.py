@@ -42,6 +42,7 @@ class Server:
         self.thrift_server: Any = None
         self.thrift_port: int | None = None
         self.coordinator: Coordinator | None = None
+        self.workers: list = []
         self._lock = HomeLock(config.home)
         self._stopped = threading.Event()
 
@@ -74,6 +75,9 @@ class Server:
             )
             self.thrift_server = start_thrift_server(self.spark)
             self._start_gateway()
+            from server.tiering.worker import start_workers
+
+            self.workers = start_workers(self, self.config.get_int("tierlake.tiering.workers", 1))
         except BaseException:
             self.stop()
             raise
@@ -94,11 +98,18 @@ class Server:
         )
         self.gateway.start()
 
+    def _stop_workers(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+        for worker in self.workers:
+            worker.join(timeout=60)
+
     def stop(self) -> None:
         if self._stopped.is_set():
             return
         self._stopped.set()
         for step, action in (
+            ("tiering workers", self._stop_workers),
             ("gateway", lambda: self.gateway and self.gateway.stop()),
             ("scheduler", lambda: self.coordinator and self.coordinator.stop()),
             ("thrift server", lambda: self.thrift_server and self.thrift_server.stop()),

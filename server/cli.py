@@ -24,6 +24,7 @@ def _server(args: argparse.Namespace) -> int:
         gateway_host=args.host,
         gateway_port=args.port,
         master=args.master,
+        tiering_workers=args.workers,
     )
     configure_python_logging(config.logs_dir)
     saved_err = os.dup(2)
@@ -48,7 +49,7 @@ def _server(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_url(url: str) -> tuple[str, int, str, dict[str, str]]:
+def parse_jdbc_url(url: str) -> tuple[str, int, str, dict[str, str]]:
     if not url.startswith("jdbc:hive2://"):
         raise TierlakeError(f"expected a jdbc:hive2:// URL, got {url!r}")
     parsed = urlparse(url[len("jdbc:"):])
@@ -62,7 +63,7 @@ def _sql(args: argparse.Namespace) -> int:
 
     from server.tables import format_table
 
-    host, port, database, options = _parse_url(args.url)
+    host, port, database, options = parse_jdbc_url(args.url)
     auth = "NOSASL" if options.get("auth", "").lower() == "nosasl" else "CUSTOM" if args.password else "NONE"
     try:
         conn = hive.connect(
@@ -121,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     srv.add_argument("--port", type=int, help="gateway port (default 10000)")
     srv.add_argument("--home", help="state directory (default $TIERLAKE_HOME or ./.tierlake)")
     srv.add_argument("--master", help="Spark master (default local[*])")
+    srv.add_argument("--workers", type=int, help="tiering worker threads in this server (default 1; 0 for none)")
     srv.add_argument("--config", help="config file (default $TIERLAKE_HOME/tierlake.conf)")
     srv.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a setting (repeatable)")
     srv.set_defaults(func=_server)

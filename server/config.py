@@ -26,6 +26,9 @@ DEFAULTS: dict[str, str] = {
     "tierlake.tiering.retry-backoff": "5 s",
     "tierlake.tiering.retry-backoff-max": "5 min",
     "tierlake.coordinator.interval": "5 s",
+    "tierlake.tiering.workers": "1",
+    "tierlake.tiering.poll-interval": "1 s",
+    "tierlake.tiering.chunk-rows": "5000000",
     "spark.sql.shuffle.partitions": "4",
     "spark.ui.enabled": "false",
 }

@@ -20,11 +20,10 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
-import sql
 from server import statemachine as sm
 from server.durations import parse_duration
 from server.exceptions import ConcurrentUpdateError
-from server.session import iceberg_table
+from server.smalltable import SmallTable
 from server.statemachine import Policy, Status, TableState
 
 log = logging.getLogger("tierlake.coordinator")
@@ -32,7 +31,6 @@ log = logging.getLogger("tierlake.coordinator")
 STATE_TABLE = "sys.tiering_tables"
 ROUNDS_TABLE = "sys.tiering_round_log"
 JOBS_TABLE = "sys.tiering_jobs"
-Q_TOUCH_JOB = "queries/touch_job.sql"
 MAX_ATTEMPTS = 8
 _CONFLICT_MARKERS = ("ValidationException", "CommitFailedException", "Found conflicting files",
                      "CommitStateUnknownException", "AlreadyExistsException")
@@ -47,13 +45,6 @@ _COLUMNS = [
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def _aware(value: datetime | None) -> datetime | None:
-    # pyspark returns naive local-time datetimes; give them a zone once, here.
-    if value is None or value.tzinfo is not None:
-        return value
-    return value.astimezone(timezone.utc)
 
 
 def _is_conflict(error: Exception) -> bool:
@@ -83,48 +74,31 @@ class Coordinator:
         self.clock = clock
         self.lock = threading.RLock()
         self.liveness: dict[int, datetime] = {}
-        self._cache: tuple[int | None, dict[int, TableState]] | None = None
+        self.state_table = SmallTable(spark, STATE_TABLE)
+        self.rounds_table = SmallTable(spark, ROUNDS_TABLE)
+        self.jobs_table = SmallTable(spark, JOBS_TABLE)
         self._jobs_persisted: dict[str, datetime] = {}
         self._ticker: threading.Thread | None = None
         self._stop = threading.Event()
 
     # -- state I/O ------------------------------------------------------------
-    def _snapshot_id(self) -> int | None:
-        snapshot = iceberg_table(self.spark, STATE_TABLE).currentSnapshot()
-        return None if snapshot is None else int(snapshot.snapshotId())
-
     def load(self) -> tuple[int | None, dict[int, TableState]]:
-        """Current state (cached per snapshot: an unchanged table is not re-read)."""
-        snap = self._snapshot_id()
-        if self._cache is not None and self._cache[0] == snap:
-            return snap, {k: v.copy() for k, v in self._cache[1].items()}
-        states: dict[int, TableState] = {}
-        if snap is not None:
-            reader = self.spark.read.option("snapshot-id", str(snap)).table(STATE_TABLE)
-            for row in reader.collect():
-                d = row.asDict()
-                for key in ("last_heartbeat", "last_tiered_time", "last_error_time", "created_at",
-                            "updated_at", "pending_since", "round_started", "next_due"):
-                    d[key] = _aware(d[key])
-                d["status"] = Status(d["status"]) if d["status"] else None
-                d["properties"] = dict(d["properties"] or {})
-                states[d["table_id"]] = TableState(**d)
-        self._cache = (snap, states)
-        return snap, {k: v.copy() for k, v in states.items()}
+        """``(snapshot id, states)``, fresh copies the caller may change."""
+        snap, rows = self.state_table.load()
+        states = {}
+        for d in rows:
+            d["status"] = Status(d["status"]) if d["status"] else None
+            d["properties"] = dict(d["properties"] or {})
+            states[d["table_id"]] = TableState(**d)
+        return snap, states
 
     def _write(self, base: int | None, states: dict[int, TableState]) -> None:
-        from pyspark.sql import functions as F
-
-        schema = self.spark.table(STATE_TABLE).schema
-        rows = [
-            tuple((getattr(s, c).value if c == "status" and s.status else getattr(s, c)) for c in _COLUMNS)
-            for s in sorted(states.values(), key=lambda s: s.table_id)
-        ]
-        writer = self.spark.createDataFrame(rows, schema).coalesce(1).writeTo(STATE_TABLE)
-        if base is not None:
-            writer = writer.option("validate-from-snapshot-id", str(base)).option("isolation-level", "serializable")
-        writer.overwrite(F.lit(True))
-        self._cache = None
+        rows = []
+        for s in sorted(states.values(), key=lambda s: s.table_id):
+            row = {c: getattr(s, c) for c in _COLUMNS}
+            row["status"] = s.status.value if s.status else None
+            rows.append(row)
+        self.state_table.replace(rows, base)
 
     def mutate(self, change: Callable[[dict[int, TableState], datetime], Any]) -> Any:
         """Run ``change(states, now)`` and commit what it changed, retrying on conflicts.
@@ -156,15 +130,9 @@ class Coordinator:
         raise AssertionError("unreachable")
 
     def _record_rounds(self, rounds: list[sm.Round]) -> None:
-        schema = self.spark.table(ROUNDS_TABLE).schema
-        rows = [
-            (r.table_id, r.database_name, r.table_name, r.tiering_epoch, r.job_id, r.started_at,
-             r.ended_at, r.duration_ms, r.start_position, r.end_position, r.rows, r.bytes,
-             r.files, r.outcome, r.error)
-            for r in rounds
-        ]
+        rows = [dict(vars(r), duration_ms=r.duration_ms) for r in rounds]
         try:
-            self.spark.createDataFrame(rows, schema).coalesce(1).writeTo(ROUNDS_TABLE).append()
+            self.rounds_table.append(rows)
         except Exception:  # noqa: BLE001 - history is best effort; state already committed
             log.exception("could not record %d tiering round(s)", len(rows))
 
@@ -199,20 +167,32 @@ class Coordinator:
         return out.answers
 
     def _touch_job(self, job_id: str, out: sm.Outcome) -> None:
+        """Record the job's heartbeat and round counts (rarely: see module doc)."""
         now = self.clock()
         finished = sum(1 for r in out.rounds if r.job_id == job_id and r.outcome.endswith("finished"))
         failed = sum(1 for r in out.rounds if r.job_id == job_id and not r.outcome.endswith("finished"))
         last = self._jobs_persisted.get(job_id)
         if last is not None and not finished and not failed and now - last < self.policy.heartbeat_timeout / 4:
             return
-        self._jobs_persisted[job_id] = now
         try:
-            self.spark.sql(
-                sql.read(Q_TOUCH_JOB),
-                args={"job": job_id, "now": now, "finished": finished, "failed": failed},
-            )
+            with self.lock:
+                for attempt in range(1, MAX_ATTEMPTS + 1):
+                    base, jobs = self.jobs_table.load()
+                    job = next((j for j in jobs if j["job_id"] == job_id), None)
+                    if job is None:
+                        job = {"job_id": job_id, "first_seen": now, "rounds_finished": 0, "rounds_failed": 0}
+                        jobs.append(job)
+                    job["last_heartbeat"] = now
+                    job["rounds_finished"] += finished
+                    job["rounds_failed"] += failed
+                    try:
+                        self.jobs_table.replace(jobs, base)
+                        break
+                    except Exception as e:  # noqa: BLE001
+                        if not _is_conflict(e) or attempt == MAX_ATTEMPTS:
+                            raise
+            self._jobs_persisted[job_id] = now
         except Exception:  # noqa: BLE001 - job bookkeeping must not fail a heartbeat
-            self._jobs_persisted.pop(job_id, None)
             log.exception("could not record heartbeat of job %s", job_id)
 
     # -- time-driven changes ----------------------------------------------------

@@ -119,3 +119,17 @@ class ConcurrentUpdateError(TierlakeError):
 
     sqlstate = "40001"
     error_code = 4005
+
+
+class TieringGuardError(TierlakeError):
+    """A stream table change tiering cannot carry (non-append commit, incompatible schema change)."""
+
+    sqlstate = "55000"
+    error_code = 5001
+
+
+class TableExistsError(TierlakeError):
+    """CREATE TABLE of a table that exists (without IF NOT EXISTS)."""
+
+    sqlstate = "42P07"
+    error_code = 2006

@@ -7,11 +7,20 @@ import time
 from typing import Callable
 
 from procedures.registry import Context, Registry
-from server.exceptions import TierlakeError
+from server.ddl import parse_tiered_create
+from server.exceptions import SqlSyntaxError, TableExistsError, TierlakeError
 from server.gateway.callparse import is_sys_call, parse_call
 from server.gateway.protocol import LocalResult, SessionInfo
 
 log = logging.getLogger("tierlake.calls")
+
+
+def parse_tiered_create_safe(statement: str):
+    # wants() must not raise: a bad tiered CREATE is answered by execute().
+    try:
+        return parse_tiered_create(statement)
+    except TierlakeError:
+        return True
 
 
 class CallHandler:
@@ -22,10 +31,35 @@ class CallHandler:
         self.context_factory = context_factory
 
     def wants(self, statement: str) -> bool:
-        return is_sys_call(statement)
+        return is_sys_call(statement) or parse_tiered_create_safe(statement) is not None
 
     def execute(self, statement: str, session: SessionInfo) -> LocalResult:
-        return self.call(statement, user=session.user)
+        if is_sys_call(statement):
+            return self.call(statement, user=session.user)
+        return self.create_tiered(statement, user=session.user)
+
+    def create_tiered(self, statement: str, user: str | None = None) -> LocalResult:
+        """``CREATE TABLE … TBLPROPERTIES('table.datalake.enabled'='true')``."""
+        from procedures.tiering import register_table
+        from server.statemachine import Status
+        from server.tiering.tables import create_tiered_table
+
+        ctx = self.context_factory(user)
+        create = parse_tiered_create(statement)
+        columns = [("table_id", "bigint"), ("table_path", "string"), ("lake_table", "string"), ("status", "string")]
+        if create.as_select is not None:
+            raise SqlSyntaxError(
+                "CREATE TABLE ... AS SELECT of a tiered table is not supported yet; "
+                "create the table, then INSERT INTO it"
+            )
+        if ctx.spark.catalog.tableExists(create.table.quoted):
+            if not create.if_not_exists:
+                raise TableExistsError(f"table {create.table} already exists")
+            return LocalResult(columns=columns, rows=[])
+        lake = create_tiered_table(ctx.spark, ctx.config, create.table, create.columns, create.properties)
+        state, _ = register_table(ctx, create.table, lake, Status.NEW)
+        log.info("created tiered table %s (id %d) by %s", create.table, state.table_id, user)
+        return LocalResult(columns=columns, rows=[(state.table_id, str(create.table), str(lake), state.status.value)])
 
     def call(self, statement: str, user: str | None = None) -> LocalResult:
         """Parse and run one CALL; also used in-process (Admin API, tests)."""

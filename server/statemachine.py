@@ -265,7 +265,10 @@ def fail(state: TableState, error: str | None, now: datetime, policy: Policy, ou
 def finish(state: TableState, entry: FinishedEntry, now: datetime, out: Outcome) -> None:
     """Tiering → Tiered → Scheduled (or Pending at once when force-finished)."""
     transition(state, Status.TIERED, now)
-    out.rounds.append(_round(state, now, "force_finished" if entry.force_finished else "finished", entry=entry))
+    nothing_new = not entry.rows and (entry.tiered_position or 0) == (state.tiered_position or 0)
+    if not nothing_new:
+        # Rounds that found nothing new change the state but are not history.
+        out.rounds.append(_round(state, now, "force_finished" if entry.force_finished else "finished", entry=entry))
     state.last_tiered_time = now
     if entry.tiered_position is not None:
         state.tiered_position = entry.tiered_position

@@ -32,6 +32,42 @@ def quote_table(*parts: str) -> str:
     return ".".join(quote_ident(p) for p in parts)
 
 
+def sql_literal(value) -> str:
+    """A Python value as a Spark SQL literal, quoted by sqlglot.
+
+    Only for statements that must travel as text (CALLs over JDBC, which has
+    no bind parameters); dicts become ``named_struct``, ``SqlMap`` ``map``.
+    """
+    from procedures.types import SqlMap
+
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        return exp.Literal.string(value).sql(dialect=DIALECT)
+    if isinstance(value, (list, tuple)):
+        return "array(" + ", ".join(sql_literal(v) for v in value) + ")"
+    if isinstance(value, SqlMap):
+        return "map(" + ", ".join(f"{sql_literal(k)}, {sql_literal(v)}" for k, v in value.items()) + ")"
+    if isinstance(value, dict):
+        return "named_struct(" + ", ".join(f"{sql_literal(str(k))}, {sql_literal(v)}" for k, v in value.items()) + ")"
+    raise TypeError(f"no SQL literal for {type(value).__name__}")
+
+
+def sql_name(name: str) -> str:
+    """A plain (unquoted) name such as a procedure or parameter name."""
+    import re
+
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ValueError(f"invalid name {name!r}")
+    return name
+
+
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -43,6 +79,8 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters["ident"] = quote_ident
+    env.filters["literal"] = sql_literal
+    env.filters["name"] = sql_name
     env.filters["table"] = lambda parts: quote_table(*parts) if isinstance(parts, (list, tuple)) else quote_table(parts)
     return env
 

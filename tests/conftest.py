@@ -37,6 +37,10 @@ def server(tmp_path_factory):
             "spark.sql.shuffle.partitions": "2",
             "spark.ui.showConsoleProgress": "false",
             "spark.driver.memory": "2g",
+            # Short coordinator timings so timeouts and back-offs are testable.
+            "tierlake.tiering.heartbeat-timeout": "8 s",
+            "tierlake.tiering.retry-backoff": "2 s",
+            "tierlake.coordinator.interval": "1 s",
         },
     )
     configure_python_logging(config.logs_dir)
@@ -109,3 +113,14 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.update(extra)
     return env
+
+
+def make_iceberg_tables(spark, database: str, names: list[str]) -> None:
+    """Plain Iceberg tables for coordinator tests (the DDL path comes with tiering)."""
+    import sql as sqlfiles
+
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {sqlfiles.quote_ident(database)}")
+    for name in names:
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {sqlfiles.quote_table(database, name)} (id BIGINT, v STRING) USING iceberg"
+        )

@@ -75,6 +75,31 @@ def test_server_lifecycle_restart_and_home_lock(tmp_path):
         )
         assert r.returncode == 0, r.stderr
         assert "0001_sys_base.sql" in r.stdout
+        # Coordinator state to carry over the restart: one table tiered (with
+        # a 20 s freshness), one failed with an error.
+        r = _sql(
+            url,
+            "CREATE TABLE shop.other (id BIGINT) USING iceberg",
+            "ALTER TABLE shop.orders SET TBLPROPERTIES ('table.datalake.freshness' = '20 s')",
+            "CALL sys.enable_tiering('shop.orders')",
+            "CALL sys.enable_tiering('shop.other')",
+            "CALL sys.heartbeat(job_id => 'j', request_table => true)",
+            "CALL sys.heartbeat(job_id => 'j', request_table => true)",
+        )
+        assert r.returncode == 0, r.stderr
+        epochs = dict(re.findall(r"\| assigned \| (\d+)\s+\| shop\.\w+\s+\| (\d+)", r.stdout))
+        assert len(epochs) == 2, r.stdout
+        orders_id, other_id = sorted(epochs, key=int)
+        r = _sql(
+            url,
+            f"CALL sys.heartbeat(job_id => 'j', finished_tables => array(named_struct('table_id', {orders_id}L, "
+            f"'tiering_epoch', {epochs[orders_id]}L, 'tiered_position', 3L)), failed_tables => array("
+            f"named_struct('table_id', {other_id}L, 'tiering_epoch', {epochs[other_id]}L, "
+            "'error_message', 'disk on fire')))",
+        )
+        assert r.returncode == 0 and "disk on fire" not in r.stdout, r.stderr
+        before = _sql(url, "SELECT * FROM sys.lake_tiering_status ORDER BY table_name")
+        assert "Failed" in before.stdout and "disk on fire" in before.stdout and "Scheduled" in before.stdout
         bad = _sql(url, "CALL sys.nope()")
         assert bad.returncode == 1
         assert "unknown procedure sys.nope" in bad.stderr and "state=42883" in bad.stderr
@@ -95,6 +120,14 @@ def test_server_lifecycle_restart_and_home_lock(tmp_path):
         assert r.returncode == 0, r.stderr
         assert re.search(r"\|\s*1\s*\|\s*9\.5\s*\|", r.stdout)
         assert re.search(r"\|\s*2\s*\|\s*3\.25\s*\|", r.stdout)
+        # Statuses, epochs, errors and last_tiered_time are as they were ...
+        after = _sql(line.split(": ", 1)[1], "SELECT * FROM sys.lake_tiering_status ORDER BY table_name")
+        assert after.stdout == before.stdout
+        # ... and scheduling resumed from the last finished round: its 20 s of
+        # freshness passed while the server was down, so it is due at once.
+        resumed = _sql(line.split(": ", 1)[1], "CALL sys.heartbeat(job_id => 'k', request_table => true)",
+                       "CALL sys.heartbeat(job_id => 'k', request_table => true)")
+        assert "shop.orders" in resumed.stdout and "assigned" in resumed.stdout, resumed.stdout
         # One row per migration: a restart does not re-run them.
         applied = re.search(r"\| applied \|\n\+-+\+\n\|\s*(\d+)\s*\|", r.stdout)
         assert applied and int(applied.group(1)) == len(migrations.available())

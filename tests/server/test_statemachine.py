@@ -94,7 +94,7 @@ def test_freshness_comes_from_the_table_property():
 
 def test_force_finished_goes_pending_at_once_with_a_new_epoch():
     states = {1: table(status=Status.TIERING, tiering_epoch=4, job_id="j")}
-    out = sm.heartbeat(states, "j", [], [FinishedEntry(1, 4, force_finished=True)], [], False, T0, POLICY)
+    out = sm.heartbeat(states, "j", [], [FinishedEntry(1, 4, force_finished=True, rows=10, tiered_position=9)], [], False, T0, POLICY)
     assert states[1].status is Status.PENDING and states[1].tiering_epoch == 5
     assert out.rounds[0].outcome == "force_finished"
 
@@ -187,3 +187,9 @@ def test_retry_only_from_failed():
     assert s.status is Status.PENDING and s.tiering_epoch == 2
     with pytest.raises(IllegalTransitionError, match="only a Failed table can be retried"):
         sm.retry(s, T0)
+
+
+def test_rounds_that_found_nothing_new_are_not_history():
+    states = {1: table(status=Status.TIERING, tiering_epoch=1, job_id="j", tiered_position=5)}
+    out = sm.heartbeat(states, "j", [], [FinishedEntry(1, 1, rows=0, tiered_position=5)], [], False, T0, POLICY)
+    assert out.rounds == [] and states[1].status is Status.SCHEDULED and states[1].last_tiered_time == T0

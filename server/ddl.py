@@ -1,0 +1,83 @@
+"""DDL the gateway answers itself: ``CREATE TABLE`` of tiered tables.
+
+Spark 3.5 would make a Hive SerDe table of a ``CREATE TABLE`` without
+``USING``; a statement with ``'table.datalake.enabled'='true'`` instead becomes
+an Iceberg stream table with the right layout, its lake table, and a
+coordinator registration (DESIGN §4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+
+from server.exceptions import InvalidArgumentError, SqlSyntaxError
+from server.tablepath import TablePath
+from server.tiering.spec import ENABLED, Column
+
+
+@dataclass
+class TieredCreate:
+    table: TablePath
+    columns: list[Column]
+    properties: dict[str, str]
+    if_not_exists: bool
+    as_select: str | None
+
+
+def _quick_check(statement: str) -> bool:
+    lowered = statement.lower()
+    return "create" in lowered and ENABLED in lowered
+
+
+def parse_tiered_create(statement: str, current_database: str = "default") -> TieredCreate | None:
+    """The statement, if it creates a tiered table; None for anything else."""
+    if not _quick_check(statement):
+        return None
+    try:
+        tree = sqlglot.parse_one(statement, read="spark")
+    except (ParseError, TokenError):
+        return None
+    if not isinstance(tree, exp.Create) or (tree.kind or "").upper() != "TABLE":
+        return None
+    properties: dict[str, str] = {}
+    using = None
+    for prop in (tree.args.get("properties") or exp.Properties(expressions=[])).expressions:
+        if isinstance(prop, exp.Property):
+            key = prop.this.name if isinstance(prop.this, exp.Expression) else str(prop.this)
+            value = prop.args.get("value")
+            properties[key] = value.name if isinstance(value, exp.Expression) else str(value)
+        elif isinstance(prop, exp.FileFormatProperty):
+            using = prop.this.name if isinstance(prop.this, exp.Expression) else str(prop.this)
+        elif isinstance(prop, (exp.PartitionedByProperty,)):
+            raise InvalidArgumentError(
+                "tiered tables choose their own partitioning (bucket.num, table.datalake.partition); "
+                "remove PARTITIONED BY"
+            )
+    if properties.get(ENABLED, "").lower() != "true":
+        return None
+    if using and using.lower() != "iceberg":
+        raise InvalidArgumentError(f"tiered tables are Iceberg tables; USING {using} is not possible")
+    target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
+    parts = [p.name for p in target.parts]
+    if len(parts) == 3 and parts[0].lower() == "spark_catalog":
+        parts = parts[1:]
+    if len(parts) == 1:
+        parts = [current_database, parts[0]]
+    if len(parts) != 2:
+        raise SqlSyntaxError(f"invalid table name {target.sql(dialect='spark')}")
+    columns = []
+    if isinstance(tree.this, exp.Schema):
+        for col in tree.this.expressions:
+            if not isinstance(col, exp.ColumnDef) or col.args.get("kind") is None:
+                raise SqlSyntaxError(f"unsupported column definition {col.sql(dialect='spark')}")
+            text = " ".join([col.args["kind"].sql(dialect="spark"), *(c.sql(dialect="spark") for c in col.constraints)])
+            columns.append(Column(col.name.lower(), text))
+    select = tree.expression.sql(dialect="spark") if tree.expression is not None else None
+    if not columns and select is None:
+        raise SqlSyntaxError("a tiered table needs columns")
+    return TieredCreate(TablePath(parts[0].lower(), parts[1].lower()), columns, properties,
+                        bool(tree.args.get("exists")), select)

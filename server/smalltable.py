@@ -1,0 +1,82 @@
+"""Small ``sys`` tables (coordinator state, jobs, round history) read and
+written whole from Python, with Iceberg's optimistic concurrency."""
+
+from __future__ import annotations
+
+import json
+from datetime import date, datetime, timezone
+from typing import Any
+
+import sql
+from server.session import iceberg_table
+
+Q_ROWS_FROM_JSON = "queries/rows_from_json.sql"
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.astimezone(timezone.utc)).isoformat()
+    if isinstance(value, date):
+        return value.isoformat()
+    raise TypeError(f"cannot store {type(value).__name__}")
+
+
+def _aware(value: Any) -> Any:
+    # pyspark returns naive local-time datetimes; give them a zone once, here.
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.astimezone(timezone.utc)
+    return value
+
+
+class SmallTable:
+    """One Iceberg table small enough to read and rewrite in one go."""
+
+    def __init__(self, spark: Any, name: str):
+        self.spark = spark
+        self.name = name
+        self._schema: Any = None
+        self._cache: tuple[int | None, list[dict[str, Any]]] | None = None
+
+    @property
+    def schema(self) -> Any:
+        if self._schema is None:
+            self._schema = self.spark.table(self.name).schema
+        return self._schema
+
+    def snapshot_id(self) -> int | None:
+        snapshot = iceberg_table(self.spark, self.name).currentSnapshot()
+        return None if snapshot is None else int(snapshot.snapshotId())
+
+    def load(self) -> tuple[int | None, list[dict[str, Any]]]:
+        """``(snapshot id, rows)``; an unchanged table is served from memory."""
+        snap = self.snapshot_id()
+        if self._cache is None or self._cache[0] != snap:
+            rows: list[dict[str, Any]] = []
+            if snap is not None:
+                for row in self.spark.read.option("snapshot-id", str(snap)).table(self.name).collect():
+                    rows.append({k: _aware(v) for k, v in row.asDict().items()})
+            self._cache = (snap, rows)
+        return snap, [dict(r) for r in self._cache[1]]
+
+    def _frame(self, rows: list[dict[str, Any]]) -> Any:
+        names = self.schema.fieldNames()
+        payload = json.dumps([{n: r.get(n) for n in names} for r in rows], default=_json_default)
+        return self.spark.sql(
+            sql.read(Q_ROWS_FROM_JSON),
+            args={"rows": payload, "schema": f"array<{self.schema.simpleString()}>"},
+        )
+
+    def replace(self, rows: list[dict[str, Any]], base: int | None) -> None:
+        """Overwrite the table with ``rows``; fails if it changed since ``base``."""
+        from pyspark.sql import functions as F
+
+        writer = self._frame(rows).writeTo(self.name)
+        if base is not None:
+            writer = writer.option("validate-from-snapshot-id", str(base)).option("isolation-level", "serializable")
+        self._cache = None
+        writer.overwrite(F.lit(True))
+
+    def append(self, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            self._cache = None
+            self._frame(rows).writeTo(self.name).append()

@@ -1,0 +1,1 @@
+"""The tiering service: stream tables → lake tables, exactly once."""

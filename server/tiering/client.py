@@ -1,0 +1,59 @@
+"""How a tiering worker talks to the coordinator: the same procedures, either
+called in-process (workers inside ``tierlake server``) or as ``CALL``
+statements over JDBC (``tierlake tiering-service`` processes)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import sql
+
+T_CALL = "templates/call.sql.j2"
+
+
+class LocalClient:
+    def __init__(self, server: Any):
+        self.server = server
+
+    def call(self, procedure: str, **arguments: Any) -> list[tuple]:
+        from procedures.types import SqlStruct
+
+        def convert(value):
+            if isinstance(value, list):
+                return [convert(v) for v in value]
+            if isinstance(value, dict):
+                return SqlStruct({k: convert(v) for k, v in value.items()})
+            return value
+
+        proc = self.server.registry.get(procedure)
+        return proc.invoke(self.server.context("tiering-service"), [], {k: convert(v) for k, v in arguments.items()})
+
+
+class JdbcClient:
+    """One PyHive connection per thread (HiveServer2 connections are not thread-safe)."""
+
+    def __init__(self, url: str, user: str = "tiering-service", password: str | None = None):
+        from server.cli import parse_jdbc_url
+
+        self.host, self.port, self.database, options = parse_jdbc_url(url)
+        self.auth = "NOSASL" if options.get("auth", "").lower() == "nosasl" else "CUSTOM" if password else "NONE"
+        self.user, self.password = user, password
+        self._local = threading.local()
+
+    def _cursor(self):
+        from pyhive import hive
+
+        if getattr(self._local, "conn", None) is None:
+            self._local.conn = hive.connect(host=self.host, port=self.port, database=self.database,
+                                            username=self.user, password=self.password, auth=self.auth)
+        return self._local.conn.cursor()
+
+    def call(self, procedure: str, **arguments: Any) -> list[tuple]:
+        try:
+            cursor = self._cursor()
+            cursor.execute(sql.render(T_CALL, procedure=procedure, arguments=arguments))
+            return [tuple(r) for r in cursor.fetchall()]
+        except Exception:
+            self._local.conn = None  # reconnect next time
+            raise

@@ -1,0 +1,164 @@
+"""Plan a round: where the lake is, where the stream ends, what lies between.
+
+Log position = the stream table's Iceberg snapshot sequence number. The lake
+table's newest tiering commit records the position it covers
+(``tiering.source-position``), so the lake, not the coordinator, says where a
+round starts: a lake commit whose coordinator update was lost is adopted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from server.exceptions import TieringGuardError
+from server.session import iceberg_table
+from server.tablepath import TablePath
+from server.tiering.spec import TieredSpec
+
+SOURCE_POSITION = "tiering.source-position"
+SOURCE_SNAPSHOT = "tiering.source-snapshot-id"
+MAINTENANCE = "tierlake.maintenance"
+MAX_WALK = 100_000
+
+
+@dataclass(frozen=True)
+class StreamCommit:
+    sequence: int
+    snapshot_id: int
+    operation: str
+    summary: dict[str, str]
+    timestamp_ms: int
+
+    @property
+    def rows(self) -> int:
+        return int(self.summary.get("added-records", 0))
+
+    @property
+    def bytes(self) -> int:
+        return int(self.summary.get("added-files-size", 0))
+
+    @property
+    def files(self) -> int:
+        return int(self.summary.get("added-data-files", 0))
+
+
+@dataclass
+class Chunk:
+    """Consecutive commits tiered as one lake commit."""
+
+    start_snapshot_id: int | None  # exclusive; None = from the table's first snapshot
+    end_snapshot_id: int
+    start_position: int
+    end_position: int
+    commits: list[StreamCommit]
+
+
+@dataclass
+class Plan:
+    stream: TablePath
+    lake: TablePath
+    spec: TieredSpec
+    lake_position: int
+    lake_snapshot_id: int | None
+    end_position: int
+    commits: list[StreamCommit] = field(default_factory=list)
+    start_snapshot_id: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not self.commits
+
+    def chunks(self, max_rows: int) -> list[Chunk]:
+        """Split the commits so that each chunk holds about ``max_rows`` rows."""
+        out: list[Chunk] = []
+        start_id, start_pos, current = self.start_snapshot_id, self.lake_position, []
+        for commit in self.commits:
+            current.append(commit)
+            if sum(c.rows for c in current) >= max_rows:
+                out.append(Chunk(start_id, commit.snapshot_id, start_pos, commit.sequence, current))
+                start_id, start_pos, current = commit.snapshot_id, commit.sequence, []
+        if current:
+            out.append(Chunk(start_id, current[-1].snapshot_id, start_pos, current[-1].sequence, current))
+        return out
+
+
+def _summary(snapshot: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in dict(snapshot.summary()).items()}
+
+
+def lake_position(lake_table: Any) -> tuple[int, int | None]:
+    """``(position, stream snapshot id)`` of the newest tiering commit on main."""
+    snapshot = lake_table.currentSnapshot()
+    walked = 0
+    while snapshot is not None and walked < MAX_WALK:
+        summary = _summary(snapshot)
+        if SOURCE_POSITION in summary:
+            sid = summary.get(SOURCE_SNAPSHOT)
+            return int(summary[SOURCE_POSITION]), (int(sid) if sid else None)
+        parent = snapshot.parentId()
+        snapshot = lake_table.snapshot(parent) if parent is not None else None
+        walked += 1
+    return 0, None
+
+
+def _when(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def plan_round(spark: Any, stream: TablePath, lake: TablePath, spec: TieredSpec) -> Plan:
+    """Compare the lake's position with the stream's end and list the commits between."""
+    stream_table = iceberg_table(spark, stream.quoted)
+    lake_table = iceberg_table(spark, lake.quoted)
+    position, _ = lake_position(lake_table)
+    lake_snapshot = lake_table.currentSnapshot()
+    plan = Plan(stream, lake, spec, position, None if lake_snapshot is None else int(lake_snapshot.snapshotId()),
+                end_position=position)
+    head = stream_table.currentSnapshot()
+    if head is None:
+        return plan
+    end = int(head.sequenceNumber())
+    if end < position:
+        raise TieringGuardError(
+            f"the lake table {lake} has tiered stream position {position}, but the stream table {stream} ends at "
+            f"{end}: was the stream table dropped and created again? Drop the lake table (or disable and enable "
+            "tiering) to rebuild it"
+        )
+    commits: list[StreamCommit] = []
+    snapshot = head
+    while snapshot is not None and int(snapshot.sequenceNumber()) > position:
+        commits.append(StreamCommit(int(snapshot.sequenceNumber()), int(snapshot.snapshotId()),
+                                    str(snapshot.operation()), _summary(snapshot), int(snapshot.timestampMillis())))
+        parent = snapshot.parentId()
+        if parent is None:
+            snapshot = None
+            break
+        snapshot = stream_table.snapshot(parent)
+        if snapshot is None:
+            raise TieringGuardError(
+                f"the stream table {stream} no longer has the commits after position {position} "
+                f"(snapshot {parent} was expired); the lake table {lake} cannot be brought up to date from the log"
+            )
+    if snapshot is not None:
+        plan.start_snapshot_id = int(snapshot.snapshotId())
+    elif position > 0:
+        raise TieringGuardError(
+            f"the stream table {stream} has no snapshot at tiered position {position}; its history was rewritten"
+        )
+    commits.reverse()
+    for commit in commits:
+        if commit.operation == "append" or MAINTENANCE in commit.summary:
+            continue
+        raise TieringGuardError(
+            f"stream table {stream} has a non-append commit that tiering cannot carry: snapshot "
+            f"{commit.snapshot_id} (operation '{commit.operation}', log position {commit.sequence}, committed "
+            f"{_when(commit.timestamp_ms)}). Stream tables are append-only logs: write changes as rows "
+            f"(for primary-key tables with _change_type '-D' for deletes). To resume, roll the stream table back "
+            f"to the last tiered snapshot: CALL spark_catalog.system.rollback_to_snapshot('{stream}', "
+            f"{plan.start_snapshot_id if plan.start_snapshot_id is not None else 'the snapshot before it'}); "
+            f"then CALL sys.retry_tiering('{stream}')"
+        )
+    plan.commits = [c for c in commits if c.operation == "append"]
+    plan.end_position = end
+    return plan

@@ -1,0 +1,85 @@
+"""Creating tiered tables: the stream table, its lake table, the registration."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import sql
+from server.exceptions import InvalidArgumentError, TierlakeError
+from server.session import iceberg_table
+from server.tablepath import TablePath
+from server.tiering.spec import CHANGE_TYPE, ENABLED, Column, TieredSpec, data_columns, partition_sql
+
+log = logging.getLogger("tierlake.tables")
+
+T_CREATE_STREAM = "templates/create_stream_table.sql.j2"
+T_CREATE_LAKE = "templates/create_lake_table.sql.j2"
+T_CREATE_DATABASE = "templates/create_database.sql.j2"
+T_DROP_TABLE = "templates/drop_table.sql.j2"
+LAKE_TABLE_PROPERTY = "tierlake.lake-table"
+
+
+def lake_path(config: Any, stream: TablePath) -> TablePath:
+    suffix = config.get("tierlake.lake.database-suffix", "_lake") if config is not None else "_lake"
+    return TablePath(stream.database + suffix, stream.table)
+
+
+def create_lake_table(spark: Any, stream: TablePath, lake: TablePath, columns: list[Column], spec: TieredSpec) -> None:
+    partition = [partition_sql(t) for t in spec.lake_partition]
+    if spec.is_primary_key:
+        partition.append(f"bucket({spec.buckets}, {sql.quote_ident(spec.primary_key[0])})")
+    spark.sql(sql.render(T_CREATE_DATABASE, database=lake.database))
+    spark.sql(sql.render(T_CREATE_LAKE, table=[lake.database, lake.table], columns=data_columns(columns),
+                         partition=partition, spec=spec, stream=str(stream)))
+
+
+def create_tiered_table(spark: Any, config: Any, stream: TablePath, columns: list[Column],
+                        properties: dict[str, str]) -> TablePath:
+    """``CREATE TABLE … TBLPROPERTIES('table.datalake.enabled'='true')``: stream + lake tables.
+
+    Registration is the caller's (it needs the coordinator). If the lake table
+    cannot be created, the stream table is dropped again.
+    """
+    spec = TieredSpec.from_properties(properties, columns)
+    if any(c.name.lower() == CHANGE_TYPE for c in columns):
+        raise InvalidArgumentError(f"column {CHANGE_TYPE} is added by tierlake; do not declare it")
+    lake = lake_path(config, stream)
+    props = dict(properties)
+    props.setdefault("format-version", "2")
+    props[LAKE_TABLE_PROPERTY] = str(lake)
+    spark.sql(sql.render(T_CREATE_STREAM, table=[stream.database, stream.table], columns=columns, spec=spec,
+                         change_type=CHANGE_TYPE, properties=props))
+    try:
+        create_lake_table(spark, stream, lake, columns, spec)
+    except Exception:
+        spark.sql(sql.render(T_DROP_TABLE, table=[stream.database, stream.table]))
+        raise
+    log.info("created stream table %s and lake table %s", stream, lake)
+    return lake
+
+
+def prepare_existing(spark: Any, config: Any, stream: TablePath) -> TablePath:
+    """``sys.enable_tiering`` on an existing Iceberg table: mark it, add the
+    change-type column to primary-key tables, create the lake table."""
+    from server.tiering.round import columns_of
+
+    table = iceberg_table(spark, stream.quoted)
+    props = {str(k): str(v) for k, v in dict(table.properties()).items()}
+    columns = columns_of(spark.table(stream.quoted).schema)
+    spec = TieredSpec.from_properties(props, columns)
+    lake = TablePath(*props[LAKE_TABLE_PROPERTY].split(".", 1)) if LAKE_TABLE_PROPERTY in props else lake_path(config, stream)
+    update = table.updateProperties().set(ENABLED, "true").set(LAKE_TABLE_PROPERTY, str(lake))
+    update.commit()
+    if spec.is_primary_key and not any(c.name.lower() == CHANGE_TYPE for c in columns):
+        jvm = spark.sparkContext._jvm
+        iceberg_table(spark, stream.quoted).updateSchema().addColumn(
+            CHANGE_TYPE, jvm.org.apache.iceberg.types.Types.StringType.get()).commit()
+    if not spark.catalog.tableExists(lake.quoted):
+        try:
+            create_lake_table(spark, stream, lake, columns, spec)
+        except TierlakeError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise InvalidArgumentError(f"cannot create lake table {lake}: {e}") from e
+    return lake

@@ -1,0 +1,153 @@
+"""A tiering worker: heartbeat → plan → write → lake commit → report.
+
+Workers are stateless except their job id, which persists across restarts
+of the same job (it is also the job's lease id).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+import uuid
+from pathlib import Path
+from typing import Any
+
+from server import faults
+from server.durations import parse_duration
+from server.exceptions import FencedEpochError, TierlakeError
+from server.session import iceberg_table
+from server.tablepath import parse_table_path
+from server.tiering import planner
+from server.tiering.round import run_round
+from server.tiering.spec import MAX_ROUND, TieredSpec
+
+log = logging.getLogger("tierlake.tiering")
+
+LAKE_TABLE_PROPERTY = "tierlake.lake-table"
+
+
+def persistent_job_id(home: Path, name: str) -> str:
+    """The job id stored under ``$TIERLAKE_HOME/jobs/<name>``, created once."""
+    path = home / "jobs" / name
+    if path.exists():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    job_id = f"{name}-{uuid.uuid4()}"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(job_id)
+    tmp.replace(path)
+    return job_id
+
+
+class _Renewer(threading.Thread):
+    """Renews the table's heartbeat while a round runs; notices fencing."""
+
+    def __init__(self, worker: "Worker", table_id: int, epoch: int):
+        super().__init__(name=f"renew-{table_id}", daemon=True)
+        self.worker, self.table_id, self.epoch = worker, table_id, epoch
+        self.fenced: str | None = None
+        self.done = threading.Event()
+
+    def renew(self) -> None:
+        rows = self.worker.client.call("heartbeat", job_id=self.worker.job_id,
+                                       tiering_tables=[{"table_id": self.table_id, "tiering_epoch": self.epoch}])
+        error = next((r[4] for r in rows if r[0] == "tiering" and r[1] == self.table_id), None)
+        if error:
+            self.fenced = error
+
+    def run(self) -> None:
+        while not self.done.wait(self.worker.renew_interval):
+            try:
+                self.renew()
+            except Exception:  # noqa: BLE001 - the coordinator may be briefly away
+                log.warning("heartbeat renewal failed", exc_info=True)
+
+
+class Worker(threading.Thread):
+    """One tiering worker thread."""
+
+    def __init__(self, spark: Any, client: Any, job_id: str, config: Any = None, poll_interval: float = 1.0):
+        super().__init__(name=f"tiering-{job_id[:24]}", daemon=True)
+        self.spark, self.client, self.job_id, self.config = spark, client, job_id, config
+        get = (lambda k, d: config.get(k, d)) if config is not None else (lambda k, d: d)
+        timeout = parse_duration(get("tierlake.tiering.heartbeat-timeout", "2 min")).total_seconds()
+        self.renew_interval = max(0.5, timeout / 4)
+        self.poll_interval = poll_interval
+        self.chunk_rows = int(get("tierlake.tiering.chunk-rows", "5000000"))
+        self.stop_event = threading.Event()
+        self.rounds = 0
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def run(self) -> None:
+        log.info("tiering worker %s started", self.job_id)
+        while not self.stop_event.is_set():
+            try:
+                rows = self.client.call("heartbeat", job_id=self.job_id, request_table=True)
+            except Exception:  # noqa: BLE001 - keep trying; the server may be starting or busy
+                log.warning("heartbeat failed", exc_info=True)
+                self.stop_event.wait(self.poll_interval)
+                continue
+            assigned = [r for r in rows if r[0] == "assigned"]
+            if not assigned:
+                self.stop_event.wait(self.poll_interval)
+                continue
+            for kind, table_id, path, epoch, _ in assigned:
+                self.tier(table_id, path, epoch)
+
+    def tier(self, table_id: int, path: str, epoch: int) -> None:
+        """One round for one table; always ends in finished, failed or fenced."""
+        renewer = _Renewer(self, table_id, epoch)
+        renewer.start()
+        entry = {"table_id": table_id, "tiering_epoch": epoch}
+
+        def check_epoch() -> None:
+            renewer.renew()
+            if renewer.fenced:
+                raise FencedEpochError(renewer.fenced)
+
+        try:
+            stream = parse_table_path(path)
+            props = {str(k): str(v) for k, v in dict(iceberg_table(self.spark, stream.quoted).properties()).items()}
+            lake = parse_table_path(props.get(LAKE_TABLE_PROPERTY) or f"{stream.database}_lake.{stream.table}")
+            spec = TieredSpec.from_properties(props)
+            max_round = parse_duration(props.get(MAX_ROUND, str(props.get("table.datalake.freshness", "1 min"))))
+            plan = planner.plan_round(self.spark, stream, lake, spec)
+            result = run_round(self.spark, plan, table_id, epoch, self.job_id, check_epoch,
+                               max_round.total_seconds(), self.chunk_rows)
+            renewer.done.set()
+            self.client.call("heartbeat", job_id=self.job_id, finished_tables=[dict(
+                entry, force_finished=result.force_finished, rows=result.rows, bytes=result.bytes,
+                files=result.files, tiered_position=result.end_position)])
+            self.rounds += 1
+            log.info("tiered %s: positions %d..%d, %d rows in %d commit(s)%s", path, plan.lake_position,
+                     result.end_position, result.rows, result.commits, " (force-finished)" if result.force_finished else "")
+        except FencedEpochError as e:
+            log.warning("round of %s (epoch %d) fenced: %s", path, epoch, e.message)
+        except Exception as e:  # noqa: BLE001 - every other failure is reported with its text
+            renewer.done.set()
+            message = e.message if isinstance(e, TierlakeError) else f"{type(e).__name__}: {e}"
+            log.warning("round of %s failed: %s\n%s", path, message, traceback.format_exc())
+            try:
+                self.client.call("heartbeat", job_id=self.job_id, failed_tables=[dict(entry, error_message=message)])
+            except Exception:  # noqa: BLE001 - the table times out instead
+                log.exception("could not report the failure of %s", path)
+        finally:
+            renewer.done.set()
+            faults.point("after-report")
+
+
+def start_workers(server: Any, count: int) -> list[Worker]:
+    from server.tiering.client import LocalClient
+
+    client = LocalClient(server)
+    workers = []
+    for n in range(count):
+        job_id = persistent_job_id(server.config.home, f"worker-{n}")
+        worker = Worker(server.spark, client, job_id, server.config,
+                        poll_interval=parse_duration(server.config.get("tierlake.tiering.poll-interval", "1 s")).total_seconds())
+        worker.start()
+        workers.append(worker)
+    return workers
