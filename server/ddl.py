@@ -46,17 +46,18 @@ def parse_tiered_create(statement: str, current_database: str = "default") -> Ti
     properties: dict[str, str] = {}
     using = None
     for prop in (tree.args.get("properties") or exp.Properties(expressions=[])).expressions:
-        if isinstance(prop, exp.Property):
-            key = prop.this.name if isinstance(prop.this, exp.Expression) else str(prop.this)
-            value = prop.args.get("value")
-            properties[key] = value.name if isinstance(value, exp.Expression) else str(value)
-        elif isinstance(prop, exp.FileFormatProperty):
+        # FileFormatProperty and PartitionedByProperty are Property subclasses.
+        if isinstance(prop, exp.FileFormatProperty):
             using = prop.this.name if isinstance(prop.this, exp.Expression) else str(prop.this)
-        elif isinstance(prop, (exp.PartitionedByProperty,)):
+        elif isinstance(prop, exp.PartitionedByProperty):
             raise InvalidArgumentError(
                 "tiered tables choose their own partitioning (bucket.num, table.datalake.partition); "
                 "remove PARTITIONED BY"
             )
+        elif isinstance(prop, exp.Property):
+            key = prop.this.name if isinstance(prop.this, exp.Expression) else str(prop.this)
+            value = prop.args.get("value")
+            properties[key] = value.name if isinstance(value, exp.Expression) else str(value)
     if properties.get(ENABLED, "").lower() != "true":
         return None
     if using and using.lower() != "iceberg":

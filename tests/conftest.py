@@ -41,6 +41,9 @@ def server(tmp_path_factory):
             "tierlake.tiering.heartbeat-timeout": "8 s",
             "tierlake.tiering.retry-backoff": "2 s",
             "tierlake.coordinator.interval": "1 s",
+            # Tiering tests start their own workers (tests/server/tiering).
+            "tierlake.tiering.workers": "0",
+            "tierlake.tiering.poll-interval": "0.2 s",
         },
     )
     configure_python_logging(config.logs_dir)

@@ -128,8 +128,18 @@ def run_round(
     check_epoch: Callable[[], None],
     max_duration_s: float,
     chunk_rows: int,
+    hook: Callable[[str], None] | None = None,
 ) -> RoundResult:
-    """Tier ``plan`` into the lake; see the module docstring for the protocol."""
+    """Tier ``plan`` into the lake; see the module docstring for the protocol.
+
+    ``hook`` is called with the name of each step (tests pause a worker there).
+    """
+
+    def point(name: str) -> None:
+        faults.point(name)
+        if hook is not None:
+            hook(name)
+
     started = time.monotonic()
     result = RoundResult(end_position=plan.lake_position)
     if plan.empty:
@@ -141,6 +151,25 @@ def run_round(
     manage = lake.manageSnapshots()
     (manage.createBranch(branch, plan.lake_snapshot_id) if plan.lake_snapshot_id is not None
      else manage.createBranch(branch)).commit()
+    # On a lake whose main had no snapshot when planned, createBranch bases
+    # the branch on whatever main is *now*; the fast-forward CAS only holds if
+    # the branch starts exactly where the plan did.
+    current = iceberg_table(spark, plan.lake.quoted)
+    base = current.snapshot(branch)
+    if plan.lake_snapshot_id is None:
+        # Iceberg gives a branch made on an empty table an empty root snapshot
+        # of its own; made after main got a commit, it would share main's.
+        main = current.currentSnapshot()
+        moved = base is None or base.parentId() is not None or (
+            main is not None and int(main.snapshotId()) == int(base.snapshotId()))
+    else:
+        moved = base is None or int(base.snapshotId()) != plan.lake_snapshot_id
+    if moved:
+        iceberg_table(spark, plan.lake.quoted).manageSnapshots().removeBranch(branch).commit()
+        raise FencedEpochError(
+            f"lake table {plan.lake} changed since this round (epoch {epoch}) was planned; "
+            "another worker committed first, this round's writes are discarded"
+        )
     stream_cols = columns_of(spark.table(plan.stream.quoted).schema)
     columns = [c.name for c in data_columns(stream_cols)]
     target = [plan.lake.database, plan.lake.table, f"branch_{branch}"]
@@ -163,7 +192,7 @@ def run_round(
                                        sequence_by=plan.spec.sequence_by, change_type=CHANGE_TYPE)
             else:
                 statement = sql.render(T_LOG_APPEND, target=target, delta=delta_view, columns=columns)
-            faults.point("after-plan")
+            point("after-plan")
             properties = {
                 "tiering.table-id": str(table_id),
                 "tiering.epoch": str(epoch),
@@ -172,9 +201,9 @@ def run_round(
                 "tiering.job-id": job_id,
                 "commit-user": COMMIT_USER,
             }
-            faults.point("during-write")
+            point("during-write")
             with_commit_properties(spark, properties, lambda: spark.sql(statement))
-            faults.point("before-commit")
+            point("before-commit")
             check_epoch()
             try:
                 iceberg_table(spark, plan.lake.quoted).manageSnapshots().fastForwardBranch("main", branch).commit()
@@ -185,7 +214,7 @@ def run_round(
                         "another worker committed first, this round's writes are discarded"
                     ) from e
                 raise
-            faults.point("after-lake-commit")
+            point("after-lake-commit")
             result.end_position = chunk.end_position
             result.rows += sum(c.rows for c in chunk.commits)
             result.bytes += sum(c.bytes for c in chunk.commits)

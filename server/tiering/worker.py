@@ -77,6 +77,7 @@ class Worker(threading.Thread):
         self.chunk_rows = int(get("tierlake.tiering.chunk-rows", "5000000"))
         self.stop_event = threading.Event()
         self.rounds = 0
+        self.hook = None  # tests: called with the name of each round step
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -116,7 +117,7 @@ class Worker(threading.Thread):
             max_round = parse_duration(props.get(MAX_ROUND, str(props.get("table.datalake.freshness", "1 min"))))
             plan = planner.plan_round(self.spark, stream, lake, spec)
             result = run_round(self.spark, plan, table_id, epoch, self.job_id, check_epoch,
-                               max_round.total_seconds(), self.chunk_rows)
+                               max_round.total_seconds(), self.chunk_rows, hook=self.hook)
             renewer.done.set()
             self.client.call("heartbeat", job_id=self.job_id, finished_tables=[dict(
                 entry, force_finished=result.force_finished, rows=result.rows, bytes=result.bytes,

@@ -1,0 +1,68 @@
+"""Fixtures for tiering tests: background workers, waiting for rounds."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from server.session import iceberg_table
+
+
+@pytest.fixture(scope="module")
+def workers(server):
+    """One tiering worker thread on the shared server for this module."""
+    from server.tiering.worker import start_workers
+
+    started = start_workers(server, 1)
+    yield started
+    for w in started:
+        w.stop()
+    for w in started:
+        w.join(timeout=120)
+
+
+@pytest.fixture
+def db(spark):
+    name = "tl_" + uuid.uuid4().hex[:8]
+    spark.sql(f"CREATE DATABASE `{name}`")
+    return name
+
+
+def stream_position(spark, table: str) -> int:
+    snapshot = iceberg_table(spark, table).currentSnapshot()
+    return 0 if snapshot is None else int(snapshot.sequenceNumber())
+
+
+def coordinator_state(server, table: str):
+    _, states = server.coordinator.load()
+    return next(s for s in states.values() if s.path == table)
+
+
+def wait_tiered(server, table: str, timeout: float = 120.0):
+    """Until the coordinator's tiered position reaches the stream's end."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = coordinator_state(server, table)
+        if state.status.value == "Failed":
+            raise AssertionError(f"{table} failed: {state.last_error}")
+        if (state.tiered_position or 0) >= stream_position(server.spark, table) and state.status.value != "Tiering":
+            return state
+        time.sleep(0.3)
+    raise AssertionError(f"{table} not tiered in {timeout}s: {coordinator_state(server, table)}")
+
+
+def wait_status(server, table: str, status: str, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = coordinator_state(server, table)
+        if state.status.value == status:
+            return state
+        time.sleep(0.3)
+    raise AssertionError(f"{table} never became {status}: {coordinator_state(server, table)}")
+
+
+def lake_summary(spark, lake: str) -> dict:
+    snapshot = iceberg_table(spark, lake).currentSnapshot()
+    return {} if snapshot is None else {str(k): str(v) for k, v in dict(snapshot.summary()).items()}
