@@ -45,3 +45,21 @@ def describe_procedure(ctx: Context, name: str):
     proc = registry.get(name)
     returns = ", ".join(f"{n} {t.upper()}" for n, t in proc.returns)
     return [(proc.qualified_name, proc.signature(), returns, proc.doc)]
+
+
+@registry.procedure(returns=[("key", "string"), ("value", "string")], read_only=True)
+def server_info(ctx: Context):
+    """Where this server's pieces are: JDBC URL, metastore service, warehouse, workers.
+
+    tierlake tiering-service processes read the metastore URI and the
+    warehouse from here.
+    """
+    server = ctx.extras.get("server")
+    conf = ctx.spark.sparkContext.getConf()
+    return [
+        ("jdbc_url", server.jdbc_url if server and server.gateway else None),
+        ("metastore_uri", server.metastore_uri if server else None),
+        ("warehouse", conf.get("spark.sql.warehouse.dir")),
+        ("master", ctx.spark.sparkContext.master),
+        ("tiering_workers", str(len(server.workers)) if server else "0"),
+    ]

@@ -15,7 +15,7 @@ from server.coordinator import Coordinator
 from server.durations import parse_duration
 from server.exceptions import ConfigError
 from server.handler import CallHandler
-from server.session import HomeLock, build_spark, free_port, start_thrift_server
+from server.session import HomeLock, build_spark, free_port, start_metastore_service, start_thrift_server
 
 log = logging.getLogger("tierlake.server")
 
@@ -43,6 +43,7 @@ class Server:
         self.thrift_port: int | None = None
         self.coordinator: Coordinator | None = None
         self.workers: list = []
+        self.metastore_uri: str | None = None
         self._lock = HomeLock(config.home)
         self._stopped = threading.Event()
 
@@ -74,6 +75,10 @@ class Server:
                 parse_duration(self.config.get("tierlake.coordinator.interval", "5 s"), "tierlake.coordinator.interval")
             )
             self.thrift_server = start_thrift_server(self.spark)
+            metastore_port = self.config.get("tierlake.metastore.port") or ""
+            if metastore_port.strip():
+                port = start_metastore_service(self.spark, self.config, int(metastore_port))
+                self.metastore_uri = f"thrift://127.0.0.1:{port}"
             self._start_gateway()
             from server.tiering.worker import start_workers
 

@@ -49,6 +49,36 @@ def _server(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tiering_service(args: argparse.Namespace) -> int:
+    from server.config import Config, parse_conf_args
+    from server.logsetup import configure_python_logging, redirect_console
+    from server.tiering.service import TieringService
+
+    config = Config.load(home=args.home or ".tierlake-tiering", config_file=args.config,
+                         conf=parse_conf_args(args.conf), master=args.master)
+    configure_python_logging(config.logs_dir)
+    saved_err = os.dup(2)
+    out = os.fdopen(redirect_console(config.logs_dir), "w", buffering=1)
+    err = os.fdopen(saved_err, "w", buffering=1)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    service = TieringService(config, args.url, args.user, args.password)
+    try:
+        service.start(args.workers)
+    except TierlakeError as e:
+        print(f"tierlake: {e.message}", file=err)
+        return 2
+    except Exception as e:  # noqa: BLE001
+        print(f"tierlake: tiering service failed to start: {e}\n(details in {config.logs_dir})", file=err)
+        return 1
+    print(f"tierlake tiering-service ready: jobs {', '.join(w.job_id for w in service.workers)} -> {args.url}",
+          file=out)
+    stop.wait()
+    service.stop()
+    return 0
+
+
 def parse_jdbc_url(url: str) -> tuple[str, int, str, dict[str, str]]:
     if not url.startswith("jdbc:hive2://"):
         raise TierlakeError(f"expected a jdbc:hive2:// URL, got {url!r}")
@@ -126,6 +156,18 @@ def main(argv: list[str] | None = None) -> int:
     srv.add_argument("--config", help="config file (default $TIERLAKE_HOME/tierlake.conf)")
     srv.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a setting (repeatable)")
     srv.set_defaults(func=_server)
+
+    ts = sub.add_parser("tiering-service", help="run tiering workers as a separate Spark app")
+    ts.add_argument("--url", default=os.environ.get("TIERLAKE_URL", "jdbc:hive2://127.0.0.1:10000/default"),
+                    help="the tierlake server's JDBC URL")
+    ts.add_argument("--workers", type=int, default=1, help="worker threads (default 1)")
+    ts.add_argument("--home", help="this service's state directory (default ./.tierlake-tiering)")
+    ts.add_argument("--master", help="Spark master (default local[*])")
+    ts.add_argument("--config", help="config file")
+    ts.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a setting (repeatable)")
+    ts.add_argument("--user", default="tiering-service")
+    ts.add_argument("--password")
+    ts.set_defaults(func=_tiering_service)
 
     q = sub.add_parser("sql", help="run statements through the gateway and print the results")
     q.add_argument("statements", nargs="+", metavar="STATEMENT")

@@ -27,6 +27,7 @@ DEFAULTS: dict[str, str] = {
     "tierlake.tiering.retry-backoff-max": "5 min",
     "tierlake.coordinator.interval": "5 s",
     "tierlake.tiering.workers": "1",
+    "tierlake.metastore.port": "",
     "tierlake.tiering.poll-interval": "1 s",
     "tierlake.tiering.chunk-rows": "5000000",
     "spark.sql.shuffle.partitions": "4",

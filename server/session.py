@@ -122,8 +122,12 @@ def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
     return settings
 
 
-def build_spark(config: Config, thrift_port: int) -> Any:
-    """Create the SparkSession (the JVM starts here)."""
+def build_spark(config: Config, thrift_port: int, owns_metastore: bool = True) -> Any:
+    """Create the SparkSession (the JVM starts here).
+
+    ``owns_metastore``: this process's metastore is the embedded Derby one
+    (the server); tiering-service processes use the server's instead.
+    """
     from pyspark.sql import SparkSession
 
     config.home.mkdir(parents=True, exist_ok=True)
@@ -134,7 +138,8 @@ def build_spark(config: Config, thrift_port: int) -> Any:
     log.info("SparkSession started: Spark %s, master %s", spark.version, spark.sparkContext.master)
     # Opening the metastore creates its Derby schema on first start.
     spark.sql("SHOW DATABASES").collect()
-    ensure_lock_tables(spark, config)
+    if owns_metastore:
+        ensure_lock_tables(spark, config)
     return spark
 
 
@@ -194,3 +199,40 @@ def iceberg_table(spark: Any, name: str) -> Any:
     jvm = spark.sparkContext._jvm
     jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
     return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)
+
+
+def start_metastore_service(spark: Any, config: Config, port: int) -> int:
+    """Serve this server's metastore over Hive's Thrift protocol on 127.0.0.1.
+
+    Embedded Derby admits one JVM; ``tierlake tiering-service`` processes
+    reach the same catalog through this (``hive.metastore.uris``).
+    """
+    import threading
+    import time
+
+    jvm = spark.sparkContext._jvm
+    port = port or free_port()
+    hconf = jvm.org.apache.hadoop.hive.conf.HiveConf(
+        spark.sparkContext._jsc.hadoopConfiguration(),
+        jvm.java.lang.Class.forName("org.apache.hadoop.hive.conf.HiveConf"),
+    )
+    hconf.set("javax.jdo.option.ConnectionURL", derby_url(config))
+    hconf.set("hive.metastore.thrift.bind.host", "127.0.0.1")
+    bridge = jvm.org.apache.hadoop.hive.shims.ShimLoader.getHadoopThriftAuthBridge()
+
+    def serve() -> None:
+        try:
+            jvm.org.apache.hadoop.hive.metastore.HiveMetaStore.startMetaStore(port, bridge, hconf)
+        except Exception:  # noqa: BLE001 - logged; clients see the port closed
+            log.exception("metastore service stopped")
+
+    threading.Thread(target=serve, name="tierlake-metastore", daemon=True).start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            log.info("metastore service on thrift://127.0.0.1:%d", port)
+            return port
+        except OSError:
+            time.sleep(0.2)
+    raise MigrationError(f"the metastore service did not start on port {port}")

@@ -131,7 +131,7 @@ def test_a_user_delete_on_the_stream_fails_with_the_snapshot_and_the_fix(server,
     delete_snapshot = iceberg_table(spark, f"{db}.log").currentSnapshot().snapshotId()
     state = wait_status(server, f"{db}.log", "Failed")
     error = state.last_error
-    assert f"non-append commit" in error and f"snapshot {delete_snapshot}" in error
+    assert "non-append commit" in error and f"snapshot {delete_snapshot}" in error
     assert "operation 'delete'" in error
     assert f"rollback_to_snapshot('{db}.log', {tiered_snapshot})" in error
     assert f"sys.retry_tiering('{db}.log')" in error

@@ -1,0 +1,66 @@
+"""``tierlake tiering-service``: extra tiering capacity as its own Spark app.
+
+It talks to the coordinator only through procedures over JDBC, and reaches
+the catalog through the server's metastore service (or a shared PostgreSQL
+metastore configured with ``--conf``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from server.config import Config
+from server.exceptions import ConfigError
+from server.session import HomeLock, build_spark, free_port
+from server.tiering.client import JdbcClient
+from server.tiering.worker import Worker, persistent_job_id
+
+log = logging.getLogger("tierlake.tiering")
+METASTORE_URIS = "spark.hadoop.hive.metastore.uris"
+
+
+class TieringService:
+    def __init__(self, config: Config, url: str, user: str = "tiering-service", password: str | None = None):
+        self.config, self.url = config, url
+        self.client = JdbcClient(url, user, password)
+        self.lock = HomeLock(config.home)
+        self.spark: Any = None
+        self.workers: list[Worker] = []
+
+    def start(self, count: int) -> "TieringService":
+        self.lock.acquire()
+        try:
+            info = dict(self.client.call("server_info"))
+            if METASTORE_URIS not in self.config.values:
+                if not info.get("metastore_uri"):
+                    raise ConfigError(
+                        f"the server at {self.url} does not share its metastore: start it with "
+                        "--conf tierlake.metastore.port=9083 (or give both a shared metastore with "
+                        f"--conf {METASTORE_URIS}=thrift://…)"
+                    )
+                self.config.values[METASTORE_URIS] = info["metastore_uri"]
+            if info.get("warehouse"):
+                self.config.values.setdefault("spark.sql.warehouse.dir", info["warehouse"])
+            self.spark = build_spark(self.config, free_port(), owns_metastore=False)
+            for n in range(count):
+                job_id = persistent_job_id(self.config.home, f"tiering-service-{n}")
+                worker = Worker(self.spark, self.client, job_id, self.config,
+                                poll_interval=float(self.config.get("tierlake.tiering.poll-interval", "1 s").split()[0]))
+                worker.start()
+                self.workers.append(worker)
+        except BaseException:
+            self.stop()
+            raise
+        log.info("tiering service ready: jobs %s, coordinator %s", [w.job_id for w in self.workers], self.url)
+        return self
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+        for worker in self.workers:
+            worker.join(timeout=60)
+        if self.spark is not None:
+            self.spark.stop()
+            self.spark = None
+        self.lock.release()

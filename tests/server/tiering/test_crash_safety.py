@@ -1,0 +1,102 @@
+"""SIGKILL the server at each step of a round, restart, finish: every row
+reaches the lake exactly once and the coordinator agrees with the lake."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+from pyhive import hive
+
+from tests.conftest import free_port, subprocess_env, tierlake_command
+
+pytestmark = pytest.mark.integration
+
+CONF = [
+    "tierlake.master=local[2]", "spark.sql.shuffle.partitions=2",
+    "tierlake.tiering.heartbeat-timeout=4 s", "tierlake.coordinator.interval=1 s",
+    "tierlake.tiering.poll-interval=0.3 s", "tierlake.tiering.retry-backoff=1 s",
+]
+
+
+def start(home, port, fault=None):
+    args = tierlake_command() + ["server", "--home", str(home), "--port", str(port), "--workers", "1"]
+    for c in CONF:
+        args += ["--conf", c]
+    env = subprocess_env(**({"TIERLAKE_FAULT": fault} if fault else {}))
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    line = proc.stdout.readline()
+    assert line.startswith("tierlake ready:"), (line, proc.stderr.read() if proc.poll() is not None else "")
+    return proc
+
+
+def cursor(port):
+    return hive.connect("127.0.0.1", port, username="crash").cursor()
+
+
+def lake_ids(cur):
+    cur.execute("SELECT id FROM crash_lake.t")
+    return sorted(r[0] for r in cur.fetchall())
+
+
+def insert(cur, ids):
+    cur.execute("INSERT INTO crash.t VALUES " + ", ".join(f"({i})" for i in ids))
+
+
+def test_sigkill_at_every_step_then_exactly_once(tmp_path):
+    home, port = tmp_path / "home", free_port()
+    inserted: list[int] = []
+
+    # 1. Killed after planning the first round with data.
+    proc = start(home, port, fault="after-plan")
+    cur = cursor(port)
+    cur.execute("CREATE DATABASE crash")
+    cur.execute("CREATE TABLE crash.t (id BIGINT) TBLPROPERTIES ('table.datalake.enabled'='true', "
+                "'table.datalake.freshness'='1 s')")
+    insert(cur, range(0, 5))
+    inserted += range(0, 5)
+    assert proc.wait(timeout=180) == -signal.SIGKILL
+
+    # 2. Killed while the round writes into the lake (its branch).
+    for fault, batch in (("during-write:100", range(5, 10)), ("after-lake-commit", range(10, 15))):
+        proc = start(home, port, fault=fault)
+        cur = cursor(port)
+        ids = lake_ids(cur)
+        assert len(ids) == len(set(ids)), f"duplicates after a crash: {ids}"
+        insert(cur, batch)
+        inserted += batch
+        assert proc.wait(timeout=180) == -signal.SIGKILL, fault
+
+    # 3. A clean start finishes the work; the lake was ahead of the coordinator.
+    proc = start(home, port)
+    try:
+        cur = cursor(port)
+        insert(cur, range(15, 18))
+        inserted += range(15, 18)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            ids = lake_ids(cur)
+            if len(ids) >= len(inserted):
+                break
+            time.sleep(1)
+        assert lake_ids(cur) == sorted(inserted)  # every row exactly once
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            cur.execute("SELECT tiered_position, status FROM sys.tiering_tables WHERE table_name = 't'")
+            position, status = cur.fetchall()[0]
+            cur.execute("SELECT summary FROM crash_lake.t.snapshots ORDER BY committed_at DESC LIMIT 1")
+            summary = cur.fetchall()[0][0]
+            summary = json.loads(summary) if isinstance(summary, str) else summary
+            if position == int(summary["tiering.source-position"]) and status != "Tiering":
+                break
+            time.sleep(1)
+        assert position == int(summary["tiering.source-position"])
+        cur.execute("SELECT outcome FROM sys.tiering_rounds ORDER BY ended_at")
+        outcomes = [r[0] for r in cur.fetchall()]
+        assert "timed_out" in outcomes and "finished" in outcomes
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0
