@@ -13,6 +13,7 @@ BUCKETS = "bucket.num"
 SEQUENCE_BY = "sequence-by"
 LAKE_PARTITION = "table.datalake.partition"
 MAX_ROUND = "table.datalake.tiering.max-round-duration"
+CHUNK_ROWS = "table.datalake.tiering.chunk-rows"
 CHANGE_TYPE = "_change_type"
 CHANGE_TYPES = ("+I", "-U", "+U", "-D")
 DEFAULT_BUCKETS = 4

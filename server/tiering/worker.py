@@ -20,7 +20,7 @@ from server.session import iceberg_table
 from server.tablepath import parse_table_path
 from server.tiering import planner
 from server.tiering.round import run_round
-from server.tiering.spec import MAX_ROUND, TieredSpec
+from server.tiering.spec import CHUNK_ROWS, MAX_ROUND, TieredSpec
 
 log = logging.getLogger("tierlake.tiering")
 
@@ -115,9 +115,10 @@ class Worker(threading.Thread):
             lake = parse_table_path(props.get(LAKE_TABLE_PROPERTY) or f"{stream.database}_lake.{stream.table}")
             spec = TieredSpec.from_properties(props)
             max_round = parse_duration(props.get(MAX_ROUND, str(props.get("table.datalake.freshness", "1 min"))))
+            chunk_rows = int(props.get(CHUNK_ROWS, self.chunk_rows))
             plan = planner.plan_round(self.spark, stream, lake, spec)
             result = run_round(self.spark, plan, table_id, epoch, self.job_id, check_epoch,
-                               max_round.total_seconds(), self.chunk_rows, hook=self.hook)
+                               max_round.total_seconds(), chunk_rows, hook=self.hook)
             renewer.done.set()
             self.client.call("heartbeat", job_id=self.job_id, finished_tables=[dict(
                 entry, force_finished=result.force_finished, rows=result.rows, bytes=result.bytes,

@@ -172,3 +172,25 @@ def test_ddl_errors_are_clear(hive_cursor, db):
     assert "already exists" in info.value.args[0].status.errorMessage
     assert run(hive_cursor, f"CREATE TABLE IF NOT EXISTS {db}.y (id BIGINT) "
                             "TBLPROPERTIES ('table.datalake.enabled'='true')") == []
+
+
+def test_a_round_that_reaches_its_maximum_duration_commits_what_it_has(server, workers, hive_cursor, db, spark):
+    run(hive_cursor, f"CREATE TABLE {db}.big (id BIGINT) TBLPROPERTIES ('table.datalake.enabled'='true', "
+                     "'table.datalake.freshness'='1 h', 'table.datalake.tiering.max-round-duration'='0 s', "
+                     "'table.datalake.tiering.chunk-rows'='1')")
+    wait_tiered(server, f"{db}.big")  # the first, empty round
+    for batch in range(3):
+        run(hive_cursor, f"INSERT INTO {db}.big VALUES ({batch})")
+
+    def due_now(states, now):
+        state = next(s for s in states.values() if s.path == f"{db}.big")
+        state.next_due = now
+        return None, True, []
+
+    server.coordinator.mutate(due_now)
+    wait_tiered(server, f"{db}.big")
+    rounds = run(hive_cursor, "SELECT outcome, rows FROM sys.tiering_rounds WHERE database_name = %(db)s "
+                              "ORDER BY ended_at", {"db": db})
+    # Each round stops after one lake commit and goes straight back to Pending.
+    assert rounds == [("force_finished", 1), ("force_finished", 1), ("finished", 1)]
+    assert sorted(r[0] for r in run(hive_cursor, f"SELECT id FROM {db}_lake.big")) == [0, 1, 2]
