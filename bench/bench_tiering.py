@@ -1,6 +1,6 @@
 """Tiering rounds against the raw Spark statements they replace (DESIGN §11).
 
-    python -m bench.bench_tiering [--rows 1000000] [--runs 10]
+    python -m bench.bench_tiering [--rows 1000000] [--runs 10] [--delta 1000]
 
 One in-process server (no background tiering worker, coordinator ticker
 parked); every round is driven synchronously by a bench-owned
@@ -37,6 +37,11 @@ process, their ratio, and the DESIGN §11 target:
 Throughput lines (1, 2) are single measurements after a warm-up round on
 small tables (the same statements, so the JIT and Spark's caches are warm).
 The machine has 2 cores: other load moves the numbers.
+
+Below the table, each kind of round is split into its steps (the worker's
+step hook and the times of its heartbeats): plan, write into the branch,
+epoch check, fast-forward, branch drop, finishing heartbeat; this shows
+which fixed costs keep small rounds from their targets.
 """
 
 from __future__ import annotations
@@ -118,17 +123,25 @@ def pk_changes(keys: int, first_seq: int) -> list[str]:
 
 
 class RecordingClient:
-    """The coordinator client of the bench's worker; keeps what rounds report."""
+    """The coordinator client of the bench's worker; keeps what rounds report
+    and when each heartbeat ran (``calls``: kind, start, end)."""
 
     def __init__(self, inner: Any):
         self.inner = inner
         self.finished: list[dict] = []
         self.failed: list[dict] = []
+        self.calls: list[tuple[str, float, float]] = []
 
     def call(self, procedure: str, **arguments: Any) -> list[tuple]:
         self.finished.extend(arguments.get("finished_tables") or [])
         self.failed.extend(arguments.get("failed_tables") or [])
-        return self.inner.call(procedure, **arguments)
+        kind = ("finish" if arguments.get("finished_tables") else "renew" if arguments.get("tiering_tables")
+                else procedure)
+        started = time.perf_counter()
+        try:
+            return self.inner.call(procedure, **arguments)
+        finally:
+            self.calls.append((kind, started, time.perf_counter()))
 
 
 class Bench:
@@ -143,7 +156,14 @@ class Bench:
         self.client = RecordingClient(LocalClient(server))
         self.worker = Worker(server.spark, self.client, JOB, server.config)
         self.cursor = hive.connect("127.0.0.1", server.gateway.port, username="bench").cursor()
-        self.notes: list[str] = []
+        self.steps: list[tuple[str, float]] = []
+        self.worker.hook = lambda name: self.steps.append((name, time.perf_counter()))
+        self.last_steps: dict[str, float] = {}  # the last round's time per step
+        self.breakdowns: dict[str, list[dict[str, float]]] = {}
+
+    def keep(self, label: str) -> None:
+        """File the last round's step times under ``label``."""
+        self.breakdowns.setdefault(label, []).append(self.last_steps)
 
     # -- helpers -----------------------------------------------------------------
     def gateway(self, statement: str, params: dict | None = None) -> list[tuple] | None:
@@ -198,7 +218,10 @@ class Bench:
     def run_round(self, table_id: int, path: str, epoch: int) -> dict:
         """``Worker.tier``; the round's finished entry, or an error if it failed."""
         finished, failed = len(self.client.finished), len(self.client.failed)
+        self.steps, self.client.calls = [], []
+        started = time.perf_counter()
         self.worker.tier(table_id, path, epoch)
+        self.last_steps = breakdown(started, self.steps, self.client.calls, time.perf_counter())
         if len(self.client.failed) > failed:
             raise RuntimeError(f"round of {path} failed: {self.client.failed[-1].get('error_message')}")
         entries = [e for e in self.client.finished[finished:] if e["table_id"] == table_id]
@@ -253,6 +276,7 @@ class Bench:
 
         raw_s = self.timed(lambda: self.spark.sql(raw_insert.format(raw=q("raw_log"), stream=q("log"))))
         tier_s = self.tier_expect("log", rows)
+        self.keep("1. log table, N rows")
         self.disable("log")
         lake_rows, raw_rows = self.count(q("log", LAKE_DB)), self.count(q("raw_log"))
         if lake_rows != rows or raw_rows != rows:
@@ -260,7 +284,7 @@ class Bench:
         return tier_s, raw_s
 
     # -- 2. primary-key throughput ---------------------------------------------------
-    def pk_load(self, name: str, rows: int, raw: bool) -> tuple[float, float | None, int]:
+    def pk_load(self, name: str, rows: int, raw: bool, label: str | None = None) -> tuple[float, float | None, int]:
         """``rows`` keys tiered into an empty lake table (and MERGEd into a raw copy)."""
         self.create_tiered(name, pk=True)
         self.append(name, 0, rows, pk_changes_initial(), commits=4)
@@ -270,13 +294,17 @@ class Bench:
             self.spark.sql(f"CREATE TABLE {q('raw_' + name)} {PK_COLUMNS} USING iceberg {RAW_PK_PROPS}")
             raw_s = self.raw_merge(q("raw_" + name), q(name), None, end)
         tier_s = self.tier_expect(name, rows)
+        if label:
+            self.keep(label)
         return tier_s, raw_s, end
 
-    def pk_delta(self, name: str, rows: int, delta: int, start: int) -> tuple[float, float]:
+    def pk_delta(self, name: str, rows: int, delta: int, start: int, label: str | None = None) -> tuple[float, float]:
         self.append(name, 0, delta, pk_changes(rows, first_seq=1), commits=3)
         end = self.snapshot_id(q(name))
         raw_s = self.raw_merge(q("raw_" + name), q(name), start, end)
         tier_s = self.tier_expect(name, delta)
+        if label:
+            self.keep(label)
         lake, raw = self.checksum(q(name, LAKE_DB)), self.checksum(q("raw_" + name))
         if lake != raw:
             raise RuntimeError(f"{DB}.{name}: the lake table (count, hash) {lake} differs from the raw MERGE's {raw}")
@@ -286,8 +314,8 @@ class Bench:
         _, _, warm_end = self.pk_load("warm_pk", warm_rows, raw=True)
         self.pk_delta("warm_pk", warm_rows, max(10, warm_rows // 10), warm_end)
         self.disable("warm_pk")
-        load_tier, load_raw, end = self.pk_load("pk", rows, raw=True)
-        delta_tier, delta_raw = self.pk_delta("pk", rows, max(10, rows // 10), end)
+        load_tier, load_raw, end = self.pk_load("pk", rows, raw=True, label="2a. primary key, initial load")
+        delta_tier, delta_raw = self.pk_delta("pk", rows, max(10, rows // 10), end, label="2. primary key, delta")
         self.disable("pk")
         return load_tier, load_raw, delta_tier, delta_raw
 
@@ -304,6 +332,7 @@ class Bench:
                 seconds = self.tier_expect(name, delta)
                 if run:
                     times[name].append(seconds)
+                    self.keep(f"3. small delta, {'1×' if name == 'pk_1x' else '10×'}")
         for name in sizes:
             self.disable(name)
         return times["pk_1x"], times["pk_10x"]
@@ -332,18 +361,54 @@ class Bench:
                     raise RuntimeError(f"empty round of {DB}.{name} tiered {entry['rows']} rows")
                 if i >= warmup:
                     out[f"empty_{kind}"].append(seconds)
+                    self.keep(f"4. empty round, {kind}")
             for i in range(warmup + runs):
                 started = time.perf_counter()
                 self.gateway(inserts[kind], {"id": next(counter)})
                 self.tier_expect(name, 1)  # includes the assigning heartbeat
                 if i >= warmup:
                     out[f"one_{kind}"].append(time.perf_counter() - started)
+                    self.keep(f"4. one-row round (without the INSERT and heartbeat), {kind}")
             self.disable(name)
         for i in range(warmup + runs):
             seconds = self.timed(lambda: self.gateway(inserts["raw"], {"id": next(counter)}))
             if i >= warmup:
                 out["raw"].append(seconds)
         return out
+
+
+def breakdown(started: float, steps: list[tuple[str, float]], calls: list[tuple[str, float, float]],
+              ended: float) -> dict[str, float]:
+    """A round's time per step, from the worker's step hook (``run_round``'s
+    points) and the times of its heartbeats."""
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    for name, at in steps:
+        first.setdefault(name, at)
+        last[name] = at
+
+    def in_calls(kind: str, lo: float, hi: float) -> float:
+        return sum(e - s for k, s, e in calls if k == kind and lo <= s and e <= hi)
+
+    finish = in_calls("finish", started, ended)
+    if not {"after-plan", "during-write", "before-commit", "after-lake-commit"} <= first.keys():
+        return {"plan": ended - started - finish, "finishing heartbeat": finish}
+    renew = in_calls("renew", last["before-commit"], last["after-lake-commit"])
+    return {
+        # table properties, plan, schema sync, stale branches, branch creation, views
+        "plan": first["after-plan"] - started,
+        # the INSERT/MERGE into the branch (for several chunks: all but the last commit)
+        "write": last["before-commit"] - first["during-write"],
+        "epoch check": renew,
+        "fast-forward": last["after-lake-commit"] - last["before-commit"] - renew,
+        "branch drop": ended - last["after-lake-commit"] - finish,
+        "finishing heartbeat": finish,
+    }
+
+
+def fmt_steps(rounds: list[dict[str, float]]) -> str:
+    names = list(dict.fromkeys(name for r in rounds for name in r))
+    return ", ".join(f"{name} {fmt_s(statistics.median([r[name] for r in rounds if name in r]))}" for name in names)
 
 
 def pk_changes_initial() -> list[str]:
@@ -365,12 +430,13 @@ def fmt_p(values: list[float]) -> str:
 
 def verdict(ratio: float, target: float, at_least: bool) -> str:
     ok = ratio >= target if at_least else ratio <= target
-    return f"{'≥' if at_least else '≤'} {target:g}{'×' if target < 10 else ''} {'✓' if ok else '✗'}"
+    return f"{'≥' if at_least else '≤'} {target:g}× {'✓' if ok else '✗'}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=1_000_000, help="N: rows of the throughput phases (default 1000000)")
+    parser.add_argument("--rows", type=int, default=1_000_000,
+                        help="N: rows of the throughput phases (default 1000000)")
     parser.add_argument("--runs", type=int, default=10, help="timed rounds of the p50 phases (default 10)")
     parser.add_argument("--delta", type=int, default=1000, help="changes per small delta in phase 3 (default 1000)")
     args = parser.parse_args()
@@ -431,6 +497,12 @@ def main() -> None:
         "Ratios: 1 = tiering rows/s ÷ raw rows/s; 2 = raw time ÷ tiering time; 3 = time(10×) ÷ time(1×); "
         "4 = tierlake ÷ raw (no target). Lines 1–2 are single measurements after a warm-up on small tables; "
         "the lake tables of 1–2 were checked against the raw results.",
+        "",
+        "Where a round's time goes (`Worker.tier` split at `run_round`'s step hooks and the worker's heartbeats; "
+        "median per step over the rounds):",
+        "",
+        *(f"- {label}: {fmt_steps(rounds)}" for label, rounds in bench.breakdowns.items()),
+        "",
         f"Total bench time: {total:.0f} s.",
     ]
     print("\n".join(lines))

@@ -52,6 +52,14 @@ def find_registered(states: dict[int, TableState], path: TablePath) -> TableStat
     return next((s for s in states.values() if (s.database_name, s.table_name) == (path.database, path.table)), None)
 
 
+def registered(states: dict[int, TableState], path: TablePath) -> TableState:
+    """The registered state of ``path`` or a clear error."""
+    found = find_registered(states, path)
+    if found is None:
+        raise NoSuchTableError(f"table {path} is not enabled for tiering")
+    return found
+
+
 def refresher(spark: Any):
     """Re-read a table's tiering properties (freshness may change with ALTER TABLE)."""
 
@@ -154,9 +162,7 @@ def disable_tiering(ctx: Context, table: str):
     path = parse_table_path(table, ctx.spark.catalog.currentDatabase())
 
     def change(states, now):
-        found = find_registered(states, path)
-        if found is None:
-            raise NoSuchTableError(f"table {path} is not enabled for tiering")
+        found = registered(states, path)
         del states[found.table_id]
         rnd = sm.Round(found.table_id, found.database_name, found.table_name, found.tiering_epoch,
                        found.job_id, found.round_started, now, found.tiered_position, found.tiered_position,
@@ -194,9 +200,7 @@ def retry_tiering(ctx: Context, table: str):
     path = parse_table_path(table, ctx.spark.catalog.currentDatabase())
 
     def change(states, now):
-        found = find_registered(states, path)
-        if found is None:
-            raise NoSuchTableError(f"table {path} is not enabled for tiering")
+        found = registered(states, path)
         sm.retry(found, now)
         return found, True, []
 

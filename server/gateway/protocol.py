@@ -21,6 +21,8 @@ from thrift.transport.TTransport import TMemoryBuffer, TTransportBase, TTranspor
 
 from TCLIService import ttypes
 
+from server.gateway.sasl import BufferedSocketTransport
+
 DEFAULT_MAX_MESSAGE = 256 * 1024 * 1024
 # Deep enough for any HS2 message (TTypeDesc nests a few levels), shallow
 # enough that crafted input cannot exhaust the Python stack.
@@ -81,7 +83,7 @@ class StatementHandler(Protocol):
 
 # -- transports -------------------------------------------------------------
 
-class SocketTransport(TTransportBase):
+class SocketTransport(BufferedSocketTransport):
     """Plain (NOSASL) transport over a connected socket with buffered reads;
     ``flush`` sends everything written since the previous flush."""
 
@@ -116,17 +118,6 @@ class SocketTransport(TTransportBase):
         data = self._rbuf[self._rpos:end]
         self._rpos = end
         return data
-
-    def readAll(self, sz: int) -> bytes:
-        chunks = []
-        while sz > 0:
-            chunk = self.read(sz)
-            chunks.append(chunk)
-            sz -= len(chunk)
-        return b"".join(chunks)
-
-    def write(self, buf: bytes) -> None:
-        self._wbuf.append(bytes(buf))
 
     def flush(self) -> None:
         data = b"".join(self._wbuf)

@@ -35,6 +35,22 @@ _HEADER = struct.Struct(">BI")
 _LENGTH = struct.Struct(">I")
 
 
+class BufferedSocketTransport(TTransportBase):
+    """Shared by the plain and the SASL transports: reads come from
+    ``read`` (one buffer at a time), writes are collected until ``flush``."""
+
+    def readAll(self, sz: int) -> bytes:
+        chunks = []
+        while sz > 0:
+            chunk = self.read(sz)
+            chunks.append(chunk)
+            sz -= len(chunk)
+        return b"".join(chunks)
+
+    def write(self, buf: bytes) -> None:
+        self._wbuf.append(bytes(buf))
+
+
 class SaslError(Exception):
     """The SASL negotiation failed; the peer has already been told why."""
 
@@ -57,7 +73,7 @@ def recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-class SaslServerTransport(TTransportBase):
+class SaslServerTransport(BufferedSocketTransport):
     """A TTransport over a client socket that negotiates SASL PLAIN, then
     (de)frames Thrift data as ``[len u32 big-endian][payload]``.
 
@@ -190,17 +206,6 @@ class SaslServerTransport(TTransportBase):
         data = self._rbuf[self._rpos:end]
         self._rpos = end
         return data
-
-    def readAll(self, sz: int) -> bytes:
-        chunks = []
-        while sz > 0:
-            chunk = self.read(sz)
-            chunks.append(chunk)
-            sz -= len(chunk)
-        return b"".join(chunks)
-
-    def write(self, buf: bytes) -> None:
-        self._wbuf.append(bytes(buf))
 
     def flush(self) -> None:
         data = b"".join(self._wbuf)

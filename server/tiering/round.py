@@ -175,6 +175,7 @@ def run_round(
     target = [plan.lake.database, plan.lake.table, f"branch_{branch}"]
     suffix = uuid.uuid4().hex[:12]
     delta_view, files_view = f"__tierlake_delta_{suffix}", f"__tierlake_files_{suffix}"
+    branch_dropped = False
     try:
         chunks = plan.chunks(chunk_rows)
         for index, chunk in enumerate(chunks):
@@ -205,8 +206,13 @@ def run_round(
             with_commit_properties(spark, properties, lambda: spark.sql(statement))
             point("before-commit")
             check_epoch()
+            last = index == len(chunks) - 1 or time.monotonic() - started >= max_duration_s
             try:
-                iceberg_table(spark, plan.lake.quoted).manageSnapshots().fastForwardBranch("main", branch).commit()
+                manage = iceberg_table(spark, plan.lake.quoted).manageSnapshots().fastForwardBranch("main", branch)
+                if last:
+                    manage = manage.removeBranch(branch)  # one metadata commit instead of two
+                manage.commit()
+                branch_dropped = last
             except Exception as e:  # noqa: BLE001 - py4j-wrapped ValidationException
                 if "not an ancestor" in str(e) or "Cannot fast-forward" in str(e):
                     raise FencedEpochError(
@@ -220,7 +226,7 @@ def run_round(
             result.bytes += sum(c.bytes for c in chunk.commits)
             result.files += sum(c.files for c in chunk.commits)
             result.commits += 1
-            if index < len(chunks) - 1 and time.monotonic() - started >= max_duration_s:
+            if last and index < len(chunks) - 1:
                 result.force_finished = True
                 log.info("round of %s reached its maximum duration after %d of %d chunks",
                          plan.stream, index + 1, len(chunks))
@@ -228,10 +234,11 @@ def run_round(
     finally:
         spark.catalog.dropTempView(delta_view)
         spark.catalog.dropTempView(files_view)
-        try:
-            iceberg_table(spark, plan.lake.quoted).manageSnapshots().removeBranch(branch).commit()
-        except Exception:  # noqa: BLE001 - a leftover branch is dropped by the next round
-            log.warning("could not drop branch %s of %s", branch, plan.lake, exc_info=True)
+        if not branch_dropped:
+            try:
+                iceberg_table(spark, plan.lake.quoted).manageSnapshots().removeBranch(branch).commit()
+            except Exception:  # noqa: BLE001 - a leftover branch is dropped by the next round
+                log.warning("could not drop branch %s of %s", branch, plan.lake, exc_info=True)
     return result
 
 

@@ -127,18 +127,32 @@ class Worker(threading.Thread):
             log.info("tiered %s: positions %d..%d, %d rows in %d commit(s)%s", path, plan.lake_position,
                      result.end_position, result.rows, result.commits, " (force-finished)" if result.force_finished else "")
         except FencedEpochError as e:
-            log.warning("round of %s (epoch %d) fenced: %s", path, epoch, e.message)
+            renewer.done.set()
+            try:
+                renewer.renew()
+            except Exception:  # noqa: BLE001
+                renewer.fenced = renewer.fenced or "coordinator unreachable"
+            if renewer.fenced:
+                log.warning("round of %s (epoch %d) fenced: %s", path, epoch, e.message)
+            else:
+                # Still our table: something else (a compaction, a user DELETE)
+                # committed to the lake table. Fail the round so it is retried.
+                self._report_failure(entry, path, f"{e.message} (the lake table was changed by another writer)")
         except Exception as e:  # noqa: BLE001 - every other failure is reported with its text
             renewer.done.set()
             message = e.message if isinstance(e, TierlakeError) else f"{type(e).__name__}: {e}"
             log.warning("round of %s failed: %s\n%s", path, message, traceback.format_exc())
-            try:
-                self.client.call("heartbeat", job_id=self.job_id, failed_tables=[dict(entry, error_message=message)])
-            except Exception:  # noqa: BLE001 - the table times out instead
-                log.exception("could not report the failure of %s", path)
+            self._report_failure(entry, path, message)
         finally:
             renewer.done.set()
             faults.point("after-report")
+
+
+    def _report_failure(self, entry: dict, path: str, message: str) -> None:
+        try:
+            self.client.call("heartbeat", job_id=self.job_id, failed_tables=[dict(entry, error_message=message)])
+        except Exception:  # noqa: BLE001 - the table times out instead
+            log.exception("could not report the failure of %s", path)
 
 
 def start_workers(server: Any, count: int) -> list[Worker]:

@@ -20,7 +20,7 @@ READY = re.compile(r"^tierlake ready: (jdbc:hive2://127\.0\.0\.1:(\d+)/default)$
 
 def _start(home, port, timeout=240):
     proc = subprocess.Popen(
-        tierlake_command() + ["server", "--home", str(home), "--port", str(port),
+        tierlake_command() + ["server", "--home", str(home), "--port", str(port), "--workers", "0",
                               "--conf", "tierlake.master=local[2]",
                               "--conf", "spark.sql.shuffle.partitions=2"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env(),

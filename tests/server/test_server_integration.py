@@ -150,7 +150,7 @@ def test_beeline_lists_queries_and_calls(beeline):
 def test_beeline_sees_a_call_error_with_sqlstate(beeline):
     result = beeline.run("CALL sys.verison();\nSELECT 'still here';\n", timeout=120)
     combined = result.stdout + result.stderr
-    assert "unknown procedure sys.verison; did you mean sys.version?" in combined
+    assert "unknown procedure sys.verison; did you mean sys.version" in combined
     assert "state=42883" in combined and "code=2002" in combined
 
 

@@ -66,3 +66,20 @@ def wait_status(server, table: str, status: str, timeout: float = 60.0):
 def lake_summary(spark, lake: str) -> dict:
     snapshot = iceberg_table(spark, lake).currentSnapshot()
     return {} if snapshot is None else {str(k): str(v) for k, v in dict(snapshot.summary()).items()}
+
+
+def make_due(server, table: str) -> None:
+    """Once the table rests in Scheduled (after its first round), make it due now."""
+    wait_status(server, table, "Scheduled")
+
+    def due_now(states, now):
+        state = next(s for s in states.values() if s.path == table)
+        if state.status.value != "Scheduled":
+            return False, False, []
+        state.next_due = now
+        return True, True, []
+
+    deadline = time.monotonic() + 60
+    while not server.coordinator.mutate(due_now):
+        assert time.monotonic() < deadline, f"{table} never rested in Scheduled"
+        time.sleep(0.3)

@@ -11,6 +11,7 @@ from pyhive import exc
 from tests.server.tiering.conftest import (
     coordinator_state,
     lake_summary,
+    make_due,
     stream_position,
     wait_status,
     wait_tiered,
@@ -178,19 +179,26 @@ def test_a_round_that_reaches_its_maximum_duration_commits_what_it_has(server, w
     run(hive_cursor, f"CREATE TABLE {db}.big (id BIGINT) TBLPROPERTIES ('table.datalake.enabled'='true', "
                      "'table.datalake.freshness'='1 h', 'table.datalake.tiering.max-round-duration'='0 s', "
                      "'table.datalake.tiering.chunk-rows'='1')")
-    wait_tiered(server, f"{db}.big")  # the first, empty round
+    wait_status(server, f"{db}.big", "Scheduled")  # the first, empty round is over
     for batch in range(3):
         run(hive_cursor, f"INSERT INTO {db}.big VALUES ({batch})")
-
-    def due_now(states, now):
-        state = next(s for s in states.values() if s.path == f"{db}.big")
-        state.next_due = now
-        return None, True, []
-
-    server.coordinator.mutate(due_now)
+    make_due(server, f"{db}.big")
     wait_tiered(server, f"{db}.big")
     rounds = run(hive_cursor, "SELECT outcome, rows FROM sys.tiering_rounds WHERE database_name = %(db)s "
                               "ORDER BY ended_at", {"db": db})
     # Each round stops after one lake commit and goes straight back to Pending.
     assert rounds == [("force_finished", 1), ("force_finished", 1), ("finished", 1)]
     assert sorted(r[0] for r in run(hive_cursor, f"SELECT id FROM {db}_lake.big")) == [0, 1, 2]
+
+
+def test_primary_key_rows_survive_merged_stream_manifests(server, workers, hive_cursor, db, spark):
+    # Merging manifests rewrites not-yet-tiered ADDED entries as EXISTING ones.
+    run(hive_cursor, f"CREATE TABLE {db}.m (k BIGINT, v BIGINT) TBLPROPERTIES ('table.datalake.enabled'='true', "
+                     "'primary-key'='k', 'bucket.num'='1', 'table.datalake.freshness'='1 h', "
+                     "'commit.manifest.min-count-to-merge'='2')")
+    wait_status(server, f"{db}.m", "Scheduled")
+    for k in range(5):
+        run(hive_cursor, f"INSERT INTO {db}.m (k, v, _change_type) VALUES ({k}, {k * 10}, '+I')")
+    make_due(server, f"{db}.m")
+    wait_tiered(server, f"{db}.m")
+    assert run(hive_cursor, f"SELECT k, v FROM {db}_lake.m ORDER BY k") == [(k, k * 10) for k in range(5)]
