@@ -78,6 +78,7 @@ class Coordinator:
         self.rounds_table = SmallTable(spark, ROUNDS_TABLE)
         self.jobs_table = SmallTable(spark, JOBS_TABLE)
         self._jobs_persisted: dict[str, datetime] = {}
+        self._job_counts: dict[str, list[int]] = {}
         self._ticker: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -167,13 +168,20 @@ class Coordinator:
         return out.answers
 
     def _touch_job(self, job_id: str, out: sm.Outcome) -> None:
-        """Record the job's heartbeat and round counts (rarely: see module doc)."""
+        """Record the job's heartbeat and round counts.
+
+        Written when a job is first seen, then at most every quarter of the
+        heartbeat timeout: counts accumulate in memory meanwhile, so the end
+        of a round does not pay a third Iceberg commit.
+        """
         now = self.clock()
-        finished = sum(1 for r in out.rounds if r.job_id == job_id and r.outcome.endswith("finished"))
-        failed = sum(1 for r in out.rounds if r.job_id == job_id and not r.outcome.endswith("finished"))
+        counts = self._job_counts.setdefault(job_id, [0, 0])
+        counts[0] += sum(1 for r in out.rounds if r.job_id == job_id and r.outcome.endswith("finished"))
+        counts[1] += sum(1 for r in out.rounds if r.job_id == job_id and not r.outcome.endswith("finished"))
         last = self._jobs_persisted.get(job_id)
-        if last is not None and not finished and not failed and now - last < self.policy.heartbeat_timeout / 4:
+        if last is not None and now - last < self.policy.heartbeat_timeout / 4:
             return
+        finished, failed = counts
         try:
             with self.lock:
                 for attempt in range(1, MAX_ATTEMPTS + 1):
@@ -191,6 +199,8 @@ class Coordinator:
                     except Exception as e:  # noqa: BLE001
                         if not _is_conflict(e) or attempt == MAX_ATTEMPTS:
                             raise
+            counts[0] -= finished
+            counts[1] -= failed
             self._jobs_persisted[job_id] = now
         except Exception:  # noqa: BLE001 - job bookkeeping must not fail a heartbeat
             log.exception("could not record heartbeat of job %s", job_id)

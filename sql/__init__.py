@@ -90,6 +90,18 @@ def render(template: str, **context) -> str:
     return environment().get_template(template).render(**context)
 
 
+def render_checked(template: str, **context) -> str:
+    """Render, then parse with sqlglot: a template bug is caught before Spark runs it."""
+    from sqlglot.errors import ParseError, TokenError
+
+    text = render(template, **context)
+    try:
+        sqlglot.parse_one(text, read=DIALECT)
+    except (ParseError, TokenError) as e:
+        raise ValueError(f"template {template} rendered invalid SQL: {str(e).splitlines()[0]}\n{text}") from None
+    return text
+
+
 def read(path: str) -> str:
     """The text of a plain SQL file under ``sql/``."""
     return (SQL_DIR / path).read_text(encoding="utf-8")

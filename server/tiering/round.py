@@ -105,7 +105,7 @@ def sync_lake_schema(spark: Any, plan: Plan) -> None:
                 f"{c.name} TYPE {c.type}) if Iceberg allows the promotion, then CALL sys.retry_tiering('{plan.stream}')"
             )
     if missing:
-        spark.sql(sql.render(T_ADD_COLUMNS, table=[plan.lake.database, plan.lake.table], columns=missing))
+        spark.sql(sql.render_checked(T_ADD_COLUMNS, table=[plan.lake.database, plan.lake.table], columns=missing))
         log.info("added columns %s to lake table %s", [c.name for c in missing], plan.lake)
 
 
@@ -184,15 +184,15 @@ def run_round(
                 bucket_field = next((str(f.name()) for f in iceberg_table(spark, plan.stream.quoted).spec().fields()
                                      if str(f.transform().toString()).startswith("bucket")), None)
                 spark.sql(
-                    sql.render(T_STREAM_FILES, entries=[plan.stream.database, plan.stream.table, "entries"],
+                    sql.render_checked(T_STREAM_FILES, entries=[plan.stream.database, plan.stream.table, "entries"],
                                bucket_field=bucket_field),
                     args={"start_position": chunk.start_position, "end_position": chunk.end_position},
                 ).createOrReplaceTempView(files_view)
-                statement = sql.render(T_PK_MERGE, target=target, delta=delta_view, files=files_view,
+                statement = sql.render_checked(T_PK_MERGE, target=target, delta=delta_view, files=files_view,
                                        columns=columns, keys=plan.spec.primary_key,
                                        sequence_by=plan.spec.sequence_by, change_type=CHANGE_TYPE)
             else:
-                statement = sql.render(T_LOG_APPEND, target=target, delta=delta_view, columns=columns)
+                statement = sql.render_checked(T_LOG_APPEND, target=target, delta=delta_view, columns=columns)
             point("after-plan")
             properties = {
                 "tiering.table-id": str(table_id),

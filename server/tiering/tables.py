@@ -30,7 +30,7 @@ def create_lake_table(spark: Any, stream: TablePath, lake: TablePath, columns: l
     if spec.is_primary_key:
         partition.append(f"bucket({spec.buckets}, {sql.quote_ident(spec.primary_key[0])})")
     spark.sql(sql.render(T_CREATE_DATABASE, database=lake.database))
-    spark.sql(sql.render(T_CREATE_LAKE, table=[lake.database, lake.table], columns=data_columns(columns),
+    spark.sql(sql.render_checked(T_CREATE_LAKE, table=[lake.database, lake.table], columns=data_columns(columns),
                          partition=partition, spec=spec, stream=str(stream)))
 
 
@@ -48,7 +48,7 @@ def create_tiered_table(spark: Any, config: Any, stream: TablePath, columns: lis
     props = dict(properties)
     props.setdefault("format-version", "2")
     props[LAKE_TABLE_PROPERTY] = str(lake)
-    spark.sql(sql.render(T_CREATE_STREAM, table=[stream.database, stream.table], columns=columns, spec=spec,
+    spark.sql(sql.render_checked(T_CREATE_STREAM, table=[stream.database, stream.table], columns=columns, spec=spec,
                          change_type=CHANGE_TYPE, properties=props))
     try:
         create_lake_table(spark, stream, lake, columns, spec)
