@@ -72,6 +72,22 @@ def refresher(spark: Any):
     return refresh
 
 
+def rescheduler(ctx: Context, path: TablePath) -> None:
+    """Re-read a registered table's properties; a Scheduled table gets its new due time."""
+    props = tiering_properties(iceberg_properties(ctx.spark, path))
+
+    def change(states, now):
+        found = find_registered(states, path)
+        if found is None:
+            return None, False, []
+        found.properties = props
+        if found.status is Status.SCHEDULED:
+            found.next_due = (found.last_tiered_time or now) + found.freshness
+        return None, True, []
+
+    coordinator(ctx).mutate(change)
+
+
 @registry.procedure(
     returns=[("kind", "string"), ("table_id", "bigint"), ("table_path", "string"),
              ("tiering_epoch", "bigint"), ("error", "string")],

@@ -108,7 +108,7 @@ def _sql(args: argparse.Namespace) -> int:
         cursor = conn.cursor()
         for statement in args.statements:
             try:
-                cursor.execute(statement)
+                _execute_with_progress(cursor, statement)
                 rows = _fetch(cursor)
                 if rows is None:
                     print("OK")
@@ -119,6 +119,36 @@ def _sql(args: argparse.Namespace) -> int:
                 print(f"Error: {_error_text(e)}", file=sys.stderr)
                 status = 1
     return status
+
+
+def _execute_with_progress(cursor, statement: str) -> None:
+    """Run a statement; on a terminal, show its elapsed time while it runs."""
+    import time
+
+    from TCLIService.ttypes import TOperationState
+
+    if not sys.stderr.isatty():
+        cursor.execute(statement)
+        return
+    started = time.monotonic()
+    cursor.execute(statement, async_=True)
+    running = (TOperationState.INITIALIZED_STATE, TOperationState.PENDING_STATE, TOperationState.RUNNING_STATE)
+    shown = False
+    while cursor.poll().operationState in running:
+        elapsed = time.monotonic() - started
+        if elapsed >= 1:
+            print(f"\r  running… {elapsed:.0f} s", end="", file=sys.stderr, flush=True)
+            shown = True
+        time.sleep(0.25)
+    if shown:
+        print("\r" + " " * 24 + "\r", end="", file=sys.stderr, flush=True)
+    state = cursor.poll()
+    if state.operationState == TOperationState.ERROR_STATE:
+        from pyhive import exc
+        from TCLIService.ttypes import TStatus
+
+        raise exc.OperationalError(type("Failed", (), {"status": TStatus(
+            errorMessage=state.errorMessage, sqlState=state.sqlState, errorCode=state.errorCode)})())
 
 
 def _fetch(cursor) -> list | None:
@@ -139,7 +169,14 @@ def _fetch(cursor) -> list | None:
 def _error_text(e: Exception) -> str:
     status = getattr(e.args[0], "status", None) if e.args else None
     if status is not None:
-        return f"{status.errorMessage} (state={status.sqlState},code={status.errorCode})"
+        # Errors of asynchronous operations carry the server's Java stack trace.
+        lines = []
+        for line in (status.errorMessage or "").splitlines():
+            if line.lstrip().startswith(("at ", "... ")) or line.startswith("Caused by"):
+                break
+            lines.append(line)
+        message = "\n".join(lines).strip()
+        return f"{message} (state={status.sqlState},code={status.errorCode})"
     return str(e)
 
 

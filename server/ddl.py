@@ -82,3 +82,29 @@ def parse_tiered_create(statement: str, current_database: str = "default") -> Ti
         raise SqlSyntaxError("a tiered table needs columns")
     return TieredCreate(TablePath(parts[0].lower(), parts[1].lower()), columns, properties,
                         bool(tree.args.get("exists")), select)
+
+
+def parse_tiering_alter(statement: str, current_database: str = "default") -> tuple[TablePath, dict[str, str]] | None:
+    """``ALTER TABLE t SET TBLPROPERTIES (...)`` that sets ``table.datalake.*`` keys."""
+    if "table.datalake." not in statement.lower() or "alter" not in statement.lower():
+        return None
+    try:
+        tree = sqlglot.parse_one(statement, read="spark")
+    except (ParseError, TokenError):
+        return None
+    if not isinstance(tree, exp.Alter) or (tree.args.get("kind") or "").upper() != "TABLE":
+        return None
+    properties: dict[str, str] = {}
+    for action in tree.args.get("actions") or []:
+        if isinstance(action, exp.AlterSet):
+            for props in action.expressions:
+                for prop in getattr(props, "expressions", []):
+                    if isinstance(prop, exp.Property) and isinstance(prop.this, exp.Expression):
+                        value = prop.args.get("value")
+                        properties[prop.this.name] = value.name if isinstance(value, exp.Expression) else str(value)
+    if not any(k.startswith("table.datalake.") for k in properties):
+        return None
+    parts = [p.name for p in tree.this.parts]
+    if len(parts) == 1:
+        parts = [current_database, parts[0]]
+    return TablePath(parts[-2].lower(), parts[-1].lower()), properties

@@ -7,7 +7,7 @@ import time
 from typing import Callable
 
 from procedures.registry import Context, Registry
-from server.ddl import parse_tiered_create
+from server.ddl import parse_tiered_create, parse_tiering_alter
 from server.exceptions import SqlSyntaxError, TableExistsError, TierlakeError
 from server.gateway.callparse import is_sys_call, parse_call
 from server.gateway.protocol import LocalResult, SessionInfo
@@ -31,12 +31,33 @@ class CallHandler:
         self.context_factory = context_factory
 
     def wants(self, statement: str) -> bool:
-        return is_sys_call(statement) or parse_tiered_create_safe(statement) is not None
+        return (is_sys_call(statement) or parse_tiered_create_safe(statement) is not None
+                or parse_tiering_alter(statement) is not None)
 
     def execute(self, statement: str, session: SessionInfo) -> LocalResult:
         if is_sys_call(statement):
             return self.call(statement, user=session.user)
+        if parse_tiering_alter(statement) is not None:
+            return self.alter_tiering(statement, user=session.user)
         return self.create_tiered(statement, user=session.user)
+
+    def alter_tiering(self, statement: str, user: str | None = None) -> LocalResult:
+        """``ALTER TABLE … SET TBLPROPERTIES ('table.datalake.…' = …)``: check the
+        values, run the statement, and reschedule the table at once (a shorter
+        freshness must not wait for the end of the current interval)."""
+        from procedures.tiering import rescheduler
+        from server.durations import parse_duration
+        from server.statemachine import FRESHNESS_PROPERTY
+
+        path, properties = parse_tiering_alter(statement)
+        for key in (FRESHNESS_PROPERTY, "table.datalake.tiering.max-round-duration"):
+            if key in properties:
+                parse_duration(properties[key], key)
+        ctx = self.context_factory(user)
+        ctx.spark.sql(statement)
+        rescheduler(ctx, path)
+        log.info("tiering properties of %s changed by %s: %s", path, user, properties)
+        return LocalResult(columns=[("Result", "string")], rows=[])
 
     def create_tiered(self, statement: str, user: str | None = None) -> LocalResult:
         """``CREATE TABLE … TBLPROPERTIES('table.datalake.enabled'='true')``."""

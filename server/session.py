@@ -100,6 +100,9 @@ def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
         "spark.hadoop.hive.server2.thrift.port": str(thrift_port),
         "spark.hadoop.hive.server2.authentication": "NOSASL",
         "spark.hadoop.hive.server2.transport.mode": "binary",
+        # GetOperationStatus long-polls this long while a statement runs; 1 s
+        # keeps progress displays (tierlake sql, beeline) responsive.
+        "spark.hadoop.hive.server2.long.polling.timeout": "1000ms",
         "spark.sql.hive.thriftServer.singleSession": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.showConsoleProgress": "false",

@@ -202,3 +202,30 @@ def test_primary_key_rows_survive_merged_stream_manifests(server, workers, hive_
     make_due(server, f"{db}.m")
     wait_tiered(server, f"{db}.m")
     assert run(hive_cursor, f"SELECT k, v FROM {db}_lake.m ORDER BY k") == [(k, k * 10) for k in range(5)]
+
+
+def test_a_changed_freshness_applies_at_once_and_bad_values_are_refused(server, workers, hive_cursor, db):
+    run(hive_cursor, f"CREATE TABLE {db}.f (id BIGINT) TBLPROPERTIES ('table.datalake.enabled'='true', "
+                     "'table.datalake.freshness'='1 h')")
+    wait_status(server, f"{db}.f", "Scheduled")
+    run(hive_cursor, f"INSERT INTO {db}.f VALUES (1)")
+    with pytest.raises(exc.OperationalError) as info:
+        run(hive_cursor, f"ALTER TABLE {db}.f SET TBLPROPERTIES ('table.datalake.freshness'='soon')")
+    assert "cannot parse 'soon' as a duration" in info.value.args[0].status.errorMessage
+    # Without the reschedule this would wait out the rest of the hour.
+    run(hive_cursor, f"ALTER TABLE {db}.f SET TBLPROPERTIES ('table.datalake.freshness'='1 s')")
+    state = wait_tiered(server, f"{db}.f", timeout=60)
+    assert state.properties["table.datalake.freshness"] == "1 s"
+    assert run(hive_cursor, f"SELECT id FROM {db}_lake.f") == [(1,)]
+
+
+def test_an_incompatible_column_change_fails_with_the_fix(server, workers, hive_cursor, db):
+    run(hive_cursor, f"CREATE TABLE {db}.c (id INT) TBLPROPERTIES ('table.datalake.enabled'='true', "
+                     "'table.datalake.freshness'='1 s')")
+    run(hive_cursor, f"INSERT INTO {db}.c VALUES (1)")
+    wait_tiered(server, f"{db}.c")
+    run(hive_cursor, f"ALTER TABLE {db}.c ALTER COLUMN id TYPE BIGINT")
+    run(hive_cursor, f"INSERT INTO {db}.c VALUES (2)")
+    error = wait_status(server, f"{db}.c", "Failed").last_error
+    assert f"column id of stream table {db}.c is bigint but int in lake table {db}_lake.c" in error
+    assert f"ALTER TABLE {db}_lake.c ALTER COLUMN id TYPE bigint" in error
