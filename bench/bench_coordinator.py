@@ -25,7 +25,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=30)
     args = parser.parse_args()
 
-    server = start_server(**{"tierlake.coordinator.interval": "1 h"})
+    server = start_server(**{"tierlake.coordinator.interval": "1 h", "tierlake.tiering.workers": "0"})
     spark = server.spark
     from pyhive import hive
 
