@@ -133,3 +133,15 @@ class TableExistsError(TierlakeError):
 
     sqlstate = "42P07"
     error_code = 2006
+
+
+class SparkSqlError(TierlakeError):
+    """Spark rejected a statement tierlake ran for the client; Spark's SQLSTATE is kept."""
+
+    sqlstate = "42000"
+    error_code = 2007
+
+    def __init__(self, message: str, sqlstate: str | None = None):
+        super().__init__(message)
+        if sqlstate:
+            self.sqlstate = sqlstate

@@ -8,11 +8,38 @@ from typing import Callable
 
 from procedures.registry import Context, Registry
 from server.ddl import parse_tiered_create, parse_tiering_alter
-from server.exceptions import SqlSyntaxError, TableExistsError, TierlakeError
+from server.exceptions import SparkSqlError, SqlSyntaxError, TableExistsError, TierlakeError
 from server.gateway.callparse import is_sys_call, parse_call
 from server.gateway.protocol import LocalResult, SessionInfo
 
 log = logging.getLogger("tierlake.calls")
+
+
+_ICEBERG_STATES = {
+    "NoSuchNamespaceException": "3F000",
+    "NoSuchTableException": "42P01",
+    "AlreadyExistsException": "42P07",
+    "ValidationException": "22023",
+    "CommitFailedException": "40001",
+}
+
+
+def spark_error(e: Exception) -> TierlakeError:
+    """A Spark (py4j-captured) exception as a SQL error for the client."""
+    from pyspark.errors.exceptions.captured import CapturedException
+
+    from py4j.protocol import Py4JJavaError
+
+    if isinstance(e, CapturedException):
+        state = e.getSqlState() if hasattr(e, "getSqlState") else None
+        message = (getattr(e, "desc", None) or str(e)).strip().splitlines()[0]
+        return SparkSqlError(message, state)
+    if isinstance(e, Py4JJavaError):
+        # Iceberg's catalog exceptions are not Spark errors and reach py4j raw.
+        java = e.java_exception
+        name = str(java.getClass().getSimpleName())
+        return SparkSqlError(f"{name}: {java.getMessage()}", _ICEBERG_STATES.get(name, "XX000"))
+    return SparkSqlError(f"{type(e).__name__}: {e}", "XX000")
 
 
 def parse_tiered_create_safe(statement: str):
@@ -37,9 +64,14 @@ class CallHandler:
     def execute(self, statement: str, session: SessionInfo) -> LocalResult:
         if is_sys_call(statement):
             return self.call(statement, user=session.user)
-        if parse_tiering_alter(statement) is not None:
-            return self.alter_tiering(statement, user=session.user)
-        return self.create_tiered(statement, user=session.user)
+        try:
+            if parse_tiering_alter(statement) is not None:
+                return self.alter_tiering(statement, user=session.user)
+            return self.create_tiered(statement, user=session.user)
+        except TierlakeError:
+            raise
+        except Exception as e:  # noqa: BLE001 - Spark's own errors keep their text and SQLSTATE
+            raise spark_error(e) from e
 
     def alter_tiering(self, statement: str, user: str | None = None) -> LocalResult:
         """``ALTER TABLE … SET TBLPROPERTIES ('table.datalake.…' = …)``: check the

@@ -163,10 +163,13 @@ def test_ddl_errors_are_clear(hive_cursor, db):
          "AS SELECT of a tiered table is not supported yet"),
         (f"CREATE TABLE {db}.x (id BIGINT, _change_type STRING) TBLPROPERTIES ('table.datalake.enabled'='true', "
          "'primary-key'='id')", "column _change_type is added by tierlake"),
+        ("CREATE TABLE no_such_db_zz.x (id BIGINT) TBLPROPERTIES ('table.datalake.enabled'='true')",
+         "NoSuchNamespaceException: Namespace does not exist: no_such_db_zz"),
     ]:
         with pytest.raises(exc.OperationalError) as info:
             run(hive_cursor, statement)
         assert fragment in info.value.args[0].status.errorMessage, info.value.args[0].status.errorMessage
+        assert info.value.args[0].status.sqlState != "XX000", info.value.args[0].status
     run(hive_cursor, f"CREATE TABLE {db}.y (id BIGINT) TBLPROPERTIES ('table.datalake.enabled'='true')")
     with pytest.raises(exc.OperationalError) as info:
         run(hive_cursor, f"CREATE TABLE {db}.y (id BIGINT) TBLPROPERTIES ('table.datalake.enabled'='true')")
