@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
 from server import statemachine as sm
 from server.durations import parse_duration
-from server.exceptions import ConcurrentUpdateError
 from server.smalltable import SmallTable
 from server.statemachine import Policy, Status, TableState
 
@@ -31,9 +29,6 @@ log = logging.getLogger("tierlake.coordinator")
 STATE_TABLE = "sys.tiering_tables"
 ROUNDS_TABLE = "sys.tiering_round_log"
 JOBS_TABLE = "sys.tiering_jobs"
-MAX_ATTEMPTS = 8
-_CONFLICT_MARKERS = ("ValidationException", "CommitFailedException", "Found conflicting files",
-                     "CommitStateUnknownException", "AlreadyExistsException")
 
 _COLUMNS = [
     "table_id", "database_name", "table_name", "lake_database", "lake_table", "status",
@@ -45,11 +40,6 @@ _COLUMNS = [
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def _is_conflict(error: Exception) -> bool:
-    text = str(error)
-    return any(marker in text for marker in _CONFLICT_MARKERS)
 
 
 def policy_from_config(config: Any) -> Policy:
@@ -83,52 +73,50 @@ class Coordinator:
         self._stop = threading.Event()
 
     # -- state I/O ------------------------------------------------------------
-    def load(self) -> tuple[int | None, dict[int, TableState]]:
-        """``(snapshot id, states)``, fresh copies the caller may change."""
-        snap, rows = self.state_table.load()
+    @staticmethod
+    def _states(rows: list[dict[str, Any]]) -> dict[int, TableState]:
         states = {}
         for d in rows:
-            d["status"] = Status(d["status"]) if d["status"] else None
-            d["properties"] = dict(d["properties"] or {})
+            d = dict(d, status=Status(d["status"]) if d["status"] else None,
+                     properties=dict(d["properties"] or {}))
             states[d["table_id"]] = TableState(**d)
-        return snap, states
+        return states
 
-    def _write(self, base: int | None, states: dict[int, TableState]) -> None:
+    @staticmethod
+    def _rows(states: dict[int, TableState]) -> list[dict[str, Any]]:
         rows = []
         for s in sorted(states.values(), key=lambda s: s.table_id):
             row = {c: getattr(s, c) for c in _COLUMNS}
             row["status"] = s.status.value if s.status else None
             rows.append(row)
-        self.state_table.replace(rows, base)
+        return rows
+
+    def load(self) -> tuple[int | None, dict[int, TableState]]:
+        """``(snapshot id, states)``, fresh copies the caller may change."""
+        snap, rows = self.state_table.load()
+        return snap, self._states(rows)
 
     def mutate(self, change: Callable[[dict[int, TableState], datetime], Any]) -> Any:
         """Run ``change(states, now)`` and commit what it changed, retrying on conflicts.
 
-        ``change`` returns ``(result, changed: bool, rounds: list)``.
+        ``change`` returns ``(result, changed: bool, rounds: list)``; the rounds
+        of the attempt that committed go to the history.
         """
+        committed_rounds: list[sm.Round] = []
+
+        def on_rows(rows):
+            states = self._states(rows)
+            result, changed, rounds = change(states, self.clock())
+            if changed:
+                rows[:] = self._rows(states)
+            committed_rounds[:] = rounds if changed else []
+            return result, changed
+
         with self.lock:
-            for attempt in range(1, MAX_ATTEMPTS + 1):
-                base, states = self.load()
-                now = self.clock()
-                result, changed, rounds = change(states, now)
-                if not changed:
-                    return result
-                try:
-                    self._write(base, states)
-                except Exception as e:  # noqa: BLE001 - py4j wraps Iceberg's exceptions
-                    if _is_conflict(e) and attempt < MAX_ATTEMPTS:
-                        log.info("coordinator commit conflict (attempt %d), retrying", attempt)
-                        time.sleep(0.05 * attempt)
-                        continue
-                    if _is_conflict(e):
-                        raise ConcurrentUpdateError(
-                            f"the coordinator state kept changing concurrently ({MAX_ATTEMPTS} attempts)"
-                        ) from e
-                    raise
-                if rounds:
-                    self._record_rounds(rounds)
-                return result
-        raise AssertionError("unreachable")
+            result = self.state_table.update(on_rows)
+            if committed_rounds:
+                self._record_rounds(committed_rounds)
+            return result
 
     def _record_rounds(self, rounds: list[sm.Round]) -> None:
         rows = [dict(vars(r), duration_ms=r.duration_ms) for r in rounds]
@@ -182,23 +170,20 @@ class Coordinator:
         if last is not None and now - last < self.policy.heartbeat_timeout / 4:
             return
         finished, failed = counts
+
+        def on_rows(jobs):
+            job = next((j for j in jobs if j["job_id"] == job_id), None)
+            if job is None:
+                job = {"job_id": job_id, "first_seen": now, "rounds_finished": 0, "rounds_failed": 0}
+                jobs.append(job)
+            job["last_heartbeat"] = now
+            job["rounds_finished"] += finished
+            job["rounds_failed"] += failed
+            return None, True
+
         try:
             with self.lock:
-                for attempt in range(1, MAX_ATTEMPTS + 1):
-                    base, jobs = self.jobs_table.load()
-                    job = next((j for j in jobs if j["job_id"] == job_id), None)
-                    if job is None:
-                        job = {"job_id": job_id, "first_seen": now, "rounds_finished": 0, "rounds_failed": 0}
-                        jobs.append(job)
-                    job["last_heartbeat"] = now
-                    job["rounds_finished"] += finished
-                    job["rounds_failed"] += failed
-                    try:
-                        self.jobs_table.replace(jobs, base)
-                        break
-                    except Exception as e:  # noqa: BLE001
-                        if not _is_conflict(e) or attempt == MAX_ATTEMPTS:
-                            raise
+                self.jobs_table.update(on_rows)
             counts[0] -= finished
             counts[1] -= failed
             self._jobs_persisted[job_id] = now

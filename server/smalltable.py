@@ -4,13 +4,26 @@ written whole from Python, with Iceberg's optimistic concurrency."""
 from __future__ import annotations
 
 import json
+import logging
+import time
 from datetime import date, datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 import sql
+from server.exceptions import ConcurrentUpdateError
 from server.session import iceberg_table
 
+log = logging.getLogger("tierlake.coordinator")
 Q_ROWS_FROM_JSON = "queries/rows_from_json.sql"
+MAX_ATTEMPTS = 8
+_CONFLICT_MARKERS = ("ValidationException", "CommitFailedException", "Found conflicting files",
+                     "CommitStateUnknownException", "AlreadyExistsException")
+
+
+def is_conflict(error: Exception) -> bool:
+    """A commit lost to a concurrent writer (py4j wraps Iceberg's exceptions)."""
+    text = str(error)
+    return any(marker in text for marker in _CONFLICT_MARKERS)
 
 
 def _json_default(value: Any) -> Any:
@@ -75,6 +88,24 @@ class SmallTable:
             writer = writer.option("validate-from-snapshot-id", str(base)).option("isolation-level", "serializable")
         self._cache = None
         writer.overwrite(F.lit(True))
+
+    def update(self, change: Callable[[list[dict[str, Any]]], tuple[Any, bool]]) -> Any:
+        """Optimistic read-modify-write: ``change(rows)`` edits the rows in place
+        and returns ``(result, changed)``; a lost race re-reads and runs it again."""
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            base, rows = self.load()
+            result, changed = change(rows)
+            if not changed:
+                return result
+            try:
+                self.replace(rows, base)
+                return result
+            except Exception as e:  # noqa: BLE001 - py4j wraps Iceberg's exceptions
+                if not is_conflict(e):
+                    raise
+                log.info("commit conflict on %s (attempt %d), retrying", self.name, attempt)
+                time.sleep(0.05 * attempt)
+        raise ConcurrentUpdateError(f"{self.name} kept changing concurrently ({MAX_ATTEMPTS} attempts)")
 
     def append(self, rows: list[dict[str, Any]]) -> None:
         if rows:

@@ -45,8 +45,7 @@ class TieringService:
             self.spark = build_spark(self.config, free_port(), owns_metastore=False)
             for n in range(count):
                 job_id = persistent_job_id(self.config.home, f"tiering-service-{n}")
-                worker = Worker(self.spark, self.client, job_id, self.config,
-                                poll_interval=float(self.config.get("tierlake.tiering.poll-interval", "1 s").split()[0]))
+                worker = Worker(self.spark, self.client, job_id, self.config)
                 worker.start()
                 self.workers.append(worker)
         except BaseException:

@@ -67,13 +67,13 @@ class _Renewer(threading.Thread):
 class Worker(threading.Thread):
     """One tiering worker thread."""
 
-    def __init__(self, spark: Any, client: Any, job_id: str, config: Any = None, poll_interval: float = 1.0):
+    def __init__(self, spark: Any, client: Any, job_id: str, config: Any = None):
         super().__init__(name=f"tiering-{job_id[:24]}", daemon=True)
         self.spark, self.client, self.job_id, self.config = spark, client, job_id, config
         get = (lambda k, d: config.get(k, d)) if config is not None else (lambda k, d: d)
         timeout = parse_duration(get("tierlake.tiering.heartbeat-timeout", "2 min")).total_seconds()
         self.renew_interval = max(0.5, timeout / 4)
-        self.poll_interval = poll_interval
+        self.poll_interval = parse_duration(get("tierlake.tiering.poll-interval", "1 s")).total_seconds()
         self.chunk_rows = int(get("tierlake.tiering.chunk-rows", "5000000"))
         self.stop_event = threading.Event()
         self.rounds = 0
@@ -162,8 +162,7 @@ def start_workers(server: Any, count: int) -> list[Worker]:
     workers = []
     for n in range(count):
         job_id = persistent_job_id(server.config.home, f"worker-{n}")
-        worker = Worker(server.spark, client, job_id, server.config,
-                        poll_interval=parse_duration(server.config.get("tierlake.tiering.poll-interval", "1 s")).total_seconds())
+        worker = Worker(server.spark, client, job_id, server.config)
         worker.start()
         workers.append(worker)
     return workers
