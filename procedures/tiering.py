@@ -146,8 +146,13 @@ def enable_tiering(ctx: Context, table: str):
     return [(state.table_id, str(path), f"{state.lake_database}.{state.lake_table}", state.status.value, created)]
 
 
-def register_table(ctx: Context, path: TablePath, lake: TablePath, initial: Status) -> tuple[TableState, bool]:
-    """Register ``path`` with the coordinator (idempotent): ``(state, created)``."""
+def register_table(ctx: Context, path: TablePath, lake: TablePath, initial: Status,
+                   tiered_position: int | None = None) -> tuple[TableState, bool]:
+    """Register ``path`` with the coordinator (idempotent): ``(state, created)``.
+
+    ``tiered_position``: the lake already holds the stream up to there (an
+    atomic CTAS filled both), so the first round starts after it.
+    """
     props = iceberg_properties(ctx.spark, path)
     next_id = ctx.spark.sql(sql.read(Q_MAX_TABLE_ID)).collect()[0]["max_id"] + 1
 
@@ -159,6 +164,9 @@ def register_table(ctx: Context, path: TablePath, lake: TablePath, initial: Stat
         state = TableState(table_id, path.database, path.table, lake.database, lake.table,
                            properties=tiering_properties(props))
         sm.register(state, initial, now)
+        if tiered_position is not None:
+            state.tiered_position = tiered_position
+            state.last_tiered_time = now
         states[table_id] = state
         return (state, True), True, []
 

@@ -71,6 +71,7 @@ class Server:
                 migrations.schema_version(self.spark), applied or "none", ", ".join(views), count,
             )
             self.coordinator = Coordinator(self.spark, self.config)
+            self._recover_ctas()
             self.coordinator.start_ticker(
                 parse_duration(self.config.get("tierlake.coordinator.interval", "5 s"), "tierlake.coordinator.interval")
             )
@@ -88,6 +89,14 @@ class Server:
             raise
         log.info("ready in %.1fs: %s", time.monotonic() - started, self.jdbc_url)
         return self
+
+    def _recover_ctas(self) -> None:
+        """Roll back CREATE TABLE … AS SELECT statements a previous run left unfinished."""
+        from server.ctas import recover
+
+        for outcome in recover(self.context("tierlake")):
+            log.warning("unfinished CREATE TABLE %s.%s AS SELECT (%s) from the previous run: %s",
+                        outcome["database_name"], outcome["table_name"], outcome["ctas_id"], outcome["state"])
 
     def _start_gateway(self) -> None:
         from server.gateway.server import Gateway

@@ -145,3 +145,11 @@ class SparkSqlError(TierlakeError):
         super().__init__(message)
         if sqlstate:
             self.sqlstate = sqlstate
+
+
+class OperationCancelledError(TierlakeError):
+    """The client cancelled the statement (CancelOperation, or it disconnected);
+    what it had started was rolled back."""
+
+    sqlstate = "57014"
+    error_code = 2100

@@ -1,7 +1,7 @@
 """Fault injection for the crash-safety suite.
 
 ``TIERLAKE_FAULT=<point>`` (or the setting ``tierlake.fault``) kills the process
-with SIGKILL when the tiering service reaches ``<point>``; ``<point>:<ms>``
+with SIGKILL when the tiering service (or an atomic CTAS) reaches ``<point>``; ``<point>:<ms>``
 arms a timer at the point that fires ``ms`` milliseconds later (to die *during*
 the step that follows). ``TIERLAKE_FAULT_PAUSE=<point>`` blocks at the point
 until the file named by ``TIERLAKE_FAULT_RESUME`` exists. Never set in
@@ -19,7 +19,8 @@ from pathlib import Path
 
 log = logging.getLogger("tierlake.faults")
 
-POINTS = ("after-plan", "during-write", "after-lake-commit", "before-commit")
+POINTS = ("after-plan", "during-write", "after-lake-commit", "before-commit",
+          "ctas-after-begin", "ctas-after-write", "ctas-during-commit")
 
 
 def _die() -> None:

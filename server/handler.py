@@ -32,7 +32,12 @@ def spark_error(e: Exception) -> TierlakeError:
 
     if isinstance(e, CapturedException):
         state = e.getSqlState() if hasattr(e, "getSqlState") else None
-        message = (getattr(e, "desc", None) or str(e)).strip().splitlines()[0]
+        lines = [line for line in (getattr(e, "desc", None) or str(e)).strip().splitlines() if line.strip()]
+        message = lines[0] if lines else type(e).__name__
+        if type(e).__name__ == "PythonException" and len(lines) > 1:
+            # The first line only says "see the stack trace below"; the
+            # Python error a UDF raised is the last.
+            message = f"{message} {lines[-1].strip()}"
         return SparkSqlError(message, state)
     if isinstance(e, Py4JJavaError):
         # Iceberg's catalog exceptions are not Spark errors and reach py4j raw.
@@ -101,10 +106,12 @@ class CallHandler:
         create = parse_tiered_create(statement)
         columns = [("table_id", "bigint"), ("table_path", "string"), ("lake_table", "string"), ("status", "string")]
         if create.as_select is not None:
-            raise SqlSyntaxError(
-                "CREATE TABLE ... AS SELECT of a tiered table is not supported yet; "
-                "create the table, then INSERT INTO it"
-            )
+            from server.ctas import RESULT_COLUMNS, create_table_as
+
+            if create.columns:
+                raise SqlSyntaxError("CREATE TABLE … AS SELECT takes its columns from the query; remove the column list")
+            rows = create_table_as(ctx, create.table, create.as_select, create.properties, create.if_not_exists)
+            return LocalResult(columns=RESULT_COLUMNS, rows=rows)
         if ctx.spark.catalog.tableExists(create.table.quoted):
             if not create.if_not_exists:
                 raise TableExistsError(f"table {create.table} already exists")

@@ -26,6 +26,7 @@ from TCLIService import TCLIService, ttypes
 from .protocol import (DEFAULT_MAX_MESSAGE, LocalResult, MessageReader, RawMessage, SessionInfo,
                        SocketTransport, StatementHandler, decode_body, encode_message,
                        encode_reply, error_status, ok_status)
+from .operations import OperationControl, running
 from .results import build_row_set, empty_log_row_set, parse_columns, table_schema
 from .sasl import Authenticator, SaslError, SaslServerTransport
 
@@ -35,6 +36,13 @@ log = logging.getLogger("tierlake.gateway")
 # both PyHive and Hive JDBC read as end-of-data.
 DEFAULT_FETCH_SIZE = 1000
 LOG_FETCH = 1  # TFetchResultsReq.fetchType: 0 = result rows, 1 = operation log
+# An asynchronous local statement that ends within this grace is answered like
+# a synchronous one, so quick CALLs keep reporting errors in the
+# ExecuteStatement reply itself; only long ones are polled.
+ASYNC_GRACE_S = 1.0
+# GetOperationStatus on a running local statement waits this long for it to
+# end (long polling, as Spark's Thrift Server does).
+STATUS_LONG_POLL_S = 1.0
 
 
 class _BackendError(Exception):
@@ -55,10 +63,22 @@ class _LocalOperation:
     guid: bytes
     session_guid: bytes
     protocol_version: int
-    result: LocalResult
     started_ms: int
-    completed_ms: int
+    control: OperationControl
+    done: threading.Event
+    result: Optional[LocalResult] = None
+    failure: Optional[ttypes.TStatus] = None
+    completed_ms: int = 0
     cursor: int = 0
+
+    @property
+    def state(self) -> int:
+        S = ttypes.TOperationState
+        if not self.done.is_set():
+            return S.CANCELED_STATE if self.control.cancelled else S.RUNNING_STATE
+        if self.failure is not None:
+            return S.CANCELED_STATE if self.control.cancelled else S.ERROR_STATE
+        return S.FINISHED_STATE
 
 
 class _Connection:
@@ -161,6 +181,10 @@ class _Connection:
                 sock.close()
             except OSError:
                 pass
+        # A client that went away cannot see its statements end: cancel them.
+        for op in list(self.operations.values()):
+            if not op.done.is_set():
+                op.control.cancel()
         self.operations.clear()
         self.sessions.clear()
 
@@ -258,7 +282,7 @@ class _Connection:
         if guid is not None:
             self.sessions.pop(guid, None)
             for op_guid in [g for g, op in self.operations.items() if op.session_guid == guid]:
-                del self.operations[op_guid]
+                self.operations.pop(op_guid).control.cancel()
         return reply.data
 
     # -- local statements ---------------------------------------------------
@@ -279,49 +303,77 @@ class _Connection:
             return self._error_reply(msg, "Internal error: %s" % _describe(exc))
         if not wanted:
             return None
-        return self._reply(msg, self._run_local(statement, session))
+        return self._reply(msg, self._run_local(statement, session, bool(request.runAsync)))
 
-    def _run_local(self, statement: str, session: SessionInfo) -> ttypes.TExecuteStatementResp:
-        started = _now_ms()
-        try:
-            result = self.gateway.handler.execute(statement, session)
-            if not isinstance(result, LocalResult):
-                raise TypeError("handler returned %s, not LocalResult" % type(result).__name__)
-            parse_columns(result.columns)  # unsupported types fail the statement, not a fetch
-            result = LocalResult(list(result.columns), list(result.rows))
-        except TierlakeError as exc:
-            log.info("local statement failed (%s): %s", exc.sqlstate, exc.message)
-            return ttypes.TExecuteStatementResp(
-                status=error_status(exc.message, exc.sqlstate, exc.error_code))
-        except Exception as exc:
-            log.exception("local statement %r failed", statement[:200])
-            return ttypes.TExecuteStatementResp(
-                status=error_status("Internal error: %s" % _describe(exc)))
+    def _run_local(self, statement: str, session: SessionInfo,
+                   run_async: bool = False) -> ttypes.TExecuteStatementResp:
         guid, secret = uuid.uuid4().bytes, uuid.uuid4().bytes
-        self.operations[guid] = _LocalOperation(guid, session.session_guid,
-                                                session.protocol_version, result,
-                                                started, _now_ms())
-        log.debug("local statement from %s returned %d rows", self.address, len(result.rows))
+        op = _LocalOperation(guid, session.session_guid, session.protocol_version, _now_ms(),
+                             OperationControl("%r from %s" % (statement[:80], self.address)),
+                             threading.Event())
+        if run_async:
+            self.operations[guid] = op
+            threading.Thread(target=self._execute_local, args=(op, statement, session), daemon=True,
+                             name="tierlake-statement-%s" % guid.hex()[:8]).start()
+            op.done.wait(ASYNC_GRACE_S)
+        else:
+            self._execute_local(op, statement, session)
+        if op.done.is_set() and op.failure is not None:
+            self.operations.pop(guid, None)
+            return ttypes.TExecuteStatementResp(status=op.failure)
+        self.operations[guid] = op
         handle = ttypes.TOperationHandle(
             operationId=ttypes.THandleIdentifier(guid=guid, secret=secret),
             operationType=ttypes.TOperationType.EXECUTE_STATEMENT, hasResultSet=True)
         return ttypes.TExecuteStatementResp(status=ok_status(), operationHandle=handle)
 
+    def _execute_local(self, op: _LocalOperation, statement: str, session: SessionInfo) -> None:
+        try:
+            with running(op.control):
+                result = self.gateway.handler.execute(statement, session)
+            if not isinstance(result, LocalResult):
+                raise TypeError("handler returned %s, not LocalResult" % type(result).__name__)
+            parse_columns(result.columns)  # unsupported types fail the statement, not a fetch
+            op.result = LocalResult(list(result.columns), list(result.rows))
+            log.debug("local statement from %s returned %d rows", self.address, len(op.result.rows))
+        except TierlakeError as exc:
+            log.info("local statement failed (%s): %s", exc.sqlstate, exc.message)
+            op.failure = error_status(exc.message, exc.sqlstate, exc.error_code)
+        except Exception as exc:
+            log.exception("local statement %r failed", statement[:200])
+            op.failure = error_status("Internal error: %s" % _describe(exc))
+        finally:
+            op.completed_ms = _now_ms()
+            op.done.set()
+
+    def _not_finished(self, msg: RawMessage, op: _LocalOperation) -> Optional[bytes]:
+        if op.state == ttypes.TOperationState.FINISHED_STATE:
+            return None
+        name = ttypes.TOperationState._VALUES_TO_NAMES.get(op.state, op.state)
+        return self._error_reply(msg, "Expected state FINISHED, but found %s" % name, "HY010", 1000)
+
     def _get_operation_status(self, msg: RawMessage) -> Optional[bytes]:
         _, op = self._local_operation(msg)
         if op is None:
             return None
-        # Local statements run synchronously, so an async client polling
-        # here always sees them finished.
-        return self._reply(msg, ttypes.TGetOperationStatusResp(
-            status=ok_status(), operationState=ttypes.TOperationState.FINISHED_STATE,
-            hasResultSet=True, operationStarted=op.started_ms,
-            operationCompleted=op.completed_ms))
+        op.done.wait(STATUS_LONG_POLL_S)
+        state = op.state
+        response = ttypes.TGetOperationStatusResp(
+            status=ok_status(), operationState=state, hasResultSet=op.failure is None,
+            operationStarted=op.started_ms, operationCompleted=op.completed_ms or None)
+        if op.failure is not None:
+            response.sqlState = op.failure.sqlState
+            response.errorCode = op.failure.errorCode
+            response.errorMessage = op.failure.errorMessage
+        return self._reply(msg, response)
 
     def _get_result_set_metadata(self, msg: RawMessage) -> Optional[bytes]:
         _, op = self._local_operation(msg)
         if op is None:
             return None
+        pending = self._not_finished(msg, op)
+        if pending is not None:
+            return pending
         return self._reply(msg, ttypes.TGetResultSetMetadataResp(
             status=ok_status(), schema=table_schema(op.result.columns)))
 
@@ -334,6 +386,9 @@ class _Connection:
             return self._reply(msg, ttypes.TFetchResultsResp(
                 status=ok_status(), hasMoreRows=False,
                 results=empty_log_row_set(op.protocol_version)))
+        pending = self._not_finished(msg, op)
+        if pending is not None:
+            return pending
         orientation = request.orientation
         if orientation is None:
             orientation = ttypes.TFetchOrientation.FETCH_NEXT
@@ -363,6 +418,7 @@ class _Connection:
         if op is None:
             return None
         self.operations.pop(op.guid, None)
+        op.control.cancel()  # a no-op once it ended; HiveServer2 cancels a running one too
         return self._reply(msg, ttypes.TCloseOperationResp(status=ok_status()))
 
     def _cancel_operation(self, msg: RawMessage) -> Optional[bytes]:
@@ -370,6 +426,8 @@ class _Connection:
         if op is None:
             return None
         # Cancelling a finished operation is a no-op in HiveServer2 too.
+        if not op.done.is_set():
+            op.control.cancel()
         return self._reply(msg, ttypes.TCancelOperationResp(status=ok_status()))
 
     def _get_log(self, msg: RawMessage) -> Optional[bytes]:

@@ -25,13 +25,31 @@ def lake_path(config: Any, stream: TablePath) -> TablePath:
     return TablePath(stream.database + suffix, stream.table)
 
 
-def create_lake_table(spark: Any, stream: TablePath, lake: TablePath, columns: list[Column], spec: TieredSpec) -> None:
+def create_lake_table(spark: Any, stream: TablePath, lake: TablePath, columns: list[Column], spec: TieredSpec,
+                      *, at: TablePath | None = None, location: str | None = None) -> None:
+    """The lake table of ``stream``; ``at`` creates it under another (staged) name."""
     partition = [partition_sql(t) for t in spec.lake_partition]
     if spec.is_primary_key:
         partition.append(f"bucket({spec.buckets}, {sql.quote_ident(spec.primary_key[0])})")
-    spark.sql(sql.render(T_CREATE_DATABASE, database=lake.database))
-    spark.sql(sql.render_checked(T_CREATE_LAKE, table=[lake.database, lake.table], columns=data_columns(columns),
-                         partition=partition, spec=spec, stream=str(stream)))
+    name = at or lake
+    spark.sql(sql.render(T_CREATE_DATABASE, database=name.database))
+    spark.sql(sql.render_checked(T_CREATE_LAKE, table=[name.database, name.table], columns=data_columns(columns),
+                         partition=partition, spec=spec, stream=str(stream), location=location))
+
+
+def stream_properties(properties: dict[str, str], lake: TablePath) -> dict[str, str]:
+    props = dict(properties)
+    props.setdefault("format-version", "2")
+    props[LAKE_TABLE_PROPERTY] = str(lake)
+    return props
+
+
+def create_stream_table(spark: Any, name: TablePath, columns: list[Column], spec: TieredSpec,
+                        properties: dict[str, str], location: str | None = None) -> None:
+    if any(c.name.lower() == CHANGE_TYPE for c in columns):
+        raise InvalidArgumentError(f"column {CHANGE_TYPE} is added by tierlake; do not declare it")
+    spark.sql(sql.render_checked(T_CREATE_STREAM, table=[name.database, name.table], columns=columns, spec=spec,
+                         change_type=CHANGE_TYPE, properties=properties, location=location))
 
 
 def create_tiered_table(spark: Any, config: Any, stream: TablePath, columns: list[Column],
@@ -42,14 +60,8 @@ def create_tiered_table(spark: Any, config: Any, stream: TablePath, columns: lis
     cannot be created, the stream table is dropped again.
     """
     spec = TieredSpec.from_properties(properties, columns)
-    if any(c.name.lower() == CHANGE_TYPE for c in columns):
-        raise InvalidArgumentError(f"column {CHANGE_TYPE} is added by tierlake; do not declare it")
     lake = lake_path(config, stream)
-    props = dict(properties)
-    props.setdefault("format-version", "2")
-    props[LAKE_TABLE_PROPERTY] = str(lake)
-    spark.sql(sql.render_checked(T_CREATE_STREAM, table=[stream.database, stream.table], columns=columns, spec=spec,
-                         change_type=CHANGE_TYPE, properties=props))
+    create_stream_table(spark, stream, columns, spec, stream_properties(properties, lake))
     try:
         create_lake_table(spark, stream, lake, columns, spec)
     except Exception:

@@ -41,6 +41,16 @@ CASES = {
         entries=["shop", "orders", "entries"], bucket_field="order_id_bucket")),
     "add_columns": ("templates/lake_add_columns.sql.j2", dict(
         table=["shop_lake", "orders"], columns=[Column("note", "STRING"), Column("n", "DECIMAL(10, 2)")])),
+    "create_stream_staged": ("templates/create_stream_table.sql.j2", dict(
+        table=["sys", "ctas_0123456789ab_stream"], columns=[Column("id", "BIGINT")], spec=TieredSpec(),
+        change_type=CHANGE_TYPE, properties={"table.datalake.enabled": "true"},
+        location="file:/w/shop.db/o'rders-0123456789ab")),
+    "create_lake_staged": ("templates/create_lake_table.sql.j2", dict(
+        table=["sys", "ctas_0123456789ab_lake"], columns=[Column("id", "BIGINT")], spec=TieredSpec(), partition=[],
+        stream="shop.orders", location="file:/w/shop_lake.db/orders-0123456789ab")),
+    "rename_table": ("templates/rename_table.sql.j2", dict(
+        source=["sys", "ctas_0123456789ab_stream"], target=["shop", "or`ders"])),
+    "drop_table_purge": ("templates/drop_table.sql.j2", dict(table=["sys", "ctas_0123456789ab_lake"], purge=True)),
     "call_heartbeat": ("templates/call.sql.j2", dict(procedure="heartbeat", arguments={
         "job_id": "j'1", "failed_tables": [{"table_id": 6, "tiering_epoch": 1, "error_message": "a\nb"}],
         "snapshots": SqlMap({0: 5}), "request_table": True})),

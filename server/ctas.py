@@ -1,0 +1,388 @@
+"""Atomic ``CREATE TABLE … AS SELECT`` of tiered tables (DESIGN §8, FLIP-305).
+
+:class:`TwoPhaseCreate` is FLIP-305's two-phase catalog table for a tiered
+table. ``begin`` journals the statement, then stages the stream and lake
+tables in ``sys`` under names no user looks for, at locations unique to the
+statement; ``write`` runs the query once into the staged stream table and
+tiers that into the staged lake table with the tiering service's own round
+(so the lake holds exactly what a round would have made of it, and records
+the stream position it covers); ``commit`` renames both into place and
+registers the table with the coordinator; ``abort`` drops whatever exists,
+deletes both locations and marks the journal.
+
+The coordinator registration is the commit point. A statement killed before
+it is rolled back by :func:`recover` at the next start; one killed after it
+is complete, and the journal row is only brought up to date.
+
+:func:`create_table_as` drives the phases from the statement's outcome, as
+FLIP-305's job-status hook does: success commits; a failed query, a lost
+commit race or a client cancel (the gateway's CancelOperation or a
+disconnect, through :mod:`server.gateway.operations`) aborts.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+import sql
+from server import faults
+from server.exceptions import (InvalidArgumentError, OperationCancelledError, SparkSqlError, SqlSyntaxError,
+                               TableExistsError)
+from server.session import iceberg_table
+from server.smalltable import SmallTable
+from server.tablepath import TablePath
+
+log = logging.getLogger("tierlake.ctas")
+
+JOURNAL = "sys.ctas_journal"
+STAGING_DATABASE = "sys"
+T_RENAME = "templates/rename_table.sql.j2"
+T_DROP = "templates/drop_table.sql.j2"
+T_DROP_DATABASE = "templates/drop_database.sql.j2"
+KEEP_FINISHED = 500
+RESULT_COLUMNS = [("table_id", "bigint"), ("table_path", "string"), ("lake_table", "string"),
+                  ("status", "string"), ("rows", "bigint")]
+
+RUNNING, COMMITTED, ABORTED, ROLLED_BACK, RECOVERED = "running", "committed", "aborted", "rolled_back", "recovered"
+
+# Commit phases of one process run one at a time: the existence checks and
+# renames of two statements for the same name must not interleave.
+_COMMIT_LOCK = threading.Lock()
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Journal:
+    """``sys.ctas_journal``: one row per statement."""
+
+    def __init__(self, spark: Any):
+        self.table = SmallTable(spark, JOURNAL)
+
+    def add(self, row: dict[str, Any]) -> None:
+        def change(rows):
+            finished = [r for r in rows if r["state"] != RUNNING]
+            finished.sort(key=lambda r: r["started_at"] or _now(), reverse=True)
+            keep = {id(r) for r in finished[:KEEP_FINISHED]}
+            rows[:] = [r for r in rows if r["state"] == RUNNING or id(r) in keep] + [row]
+            return None, True
+
+        self.table.update(change)
+
+    def finish(self, ctas_id: str, state: str, detail: str | None = None) -> None:
+        def change(rows):
+            for r in rows:
+                if r["ctas_id"] == ctas_id:
+                    r.update(state=state, finished_at=_now(), detail=detail)
+                    return None, True
+            return None, False
+
+        self.table.update(change)
+
+    def unfinished(self) -> list[dict[str, Any]]:
+        return [r for r in self.table.load()[1] if r["state"] == RUNNING]
+
+
+def _location_key(location: str | None) -> str:
+    """A local location as an absolute path, however the URI spells it."""
+    text = (location or "").rstrip("/")
+    for prefix in ("file://", "file:"):
+        if text.startswith(prefix):
+            return "/" + text[len(prefix):].lstrip("/")
+    return text
+
+
+def _table_location(spark: Any, database: str, table: str, ctas_id: str) -> str:
+    if spark.catalog.databaseExists(database):
+        base = spark.catalog.getDatabase(database).locationUri
+    else:
+        base = spark.conf.get("spark.sql.warehouse.dir").rstrip("/") + f"/{database}.db"
+    return f"{base.rstrip('/')}/{table}-{ctas_id}"
+
+
+def _owned(spark: Any, name: TablePath, location: str) -> bool:
+    """``name`` exists and is the table this statement created (same location)."""
+    if not spark.catalog.tableExists(name.quoted):
+        return False
+    try:
+        return _location_key(str(iceberg_table(spark, name.quoted).location())) == _location_key(location)
+    except Exception:  # noqa: BLE001 - not an Iceberg table: certainly not ours
+        return False
+
+
+def _delete_location(spark: Any, location: str) -> None:
+    # DROP TABLE … PURGE deletes the files the metadata names, but leaves the
+    # directories and anything an aborted write left unreferenced.
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(location)
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if fs.exists(path):
+        fs.delete(path, True)
+
+
+def _database_empty(spark: Any, database: str) -> bool:
+    return spark.catalog.databaseExists(database) and not spark.catalog.listTables(database)
+
+
+def _paths(row: dict[str, Any]) -> tuple[TablePath, TablePath, TablePath, TablePath]:
+    return (TablePath(row["database_name"], row["table_name"]), TablePath(row["lake_database"], row["lake_table"]),
+            TablePath(*row["staged_stream"].split(".", 1)), TablePath(*row["staged_lake"].split(".", 1)))
+
+
+def remove_everything(spark: Any, row: dict[str, Any]) -> list[str]:
+    """Drop the statement's tables (staged or renamed, only if they are its own)
+    and delete its locations; returns what was dropped. Idempotent."""
+    stream, lake, staged_stream, staged_lake = _paths(row)
+    dropped = []
+    for name, location in ((stream, row["stream_location"]), (staged_stream, row["stream_location"]),
+                           (lake, row["lake_location"]), (staged_lake, row["lake_location"])):
+        if _owned(spark, name, location):
+            spark.sql(sql.render(T_DROP, table=[name.database, name.table], purge=True))
+            dropped.append(str(name))
+        elif name in (staged_stream, staged_lake) and spark.catalog.tableExists(name.quoted):
+            # A staged name is the statement's alone, even if creating it failed half-way.
+            spark.sql(sql.render(T_DROP, table=[name.database, name.table], purge=True))
+            dropped.append(str(name))
+    for location in (row["stream_location"], row["lake_location"]):
+        _delete_location(spark, location)
+    created = row.get("created_database")
+    if created and _database_empty(spark, created):
+        spark.sql(sql.render(T_DROP_DATABASE, database=created))
+        dropped.append(f"database {created}")
+    return dropped
+
+
+class TwoPhaseCreate:
+    """A tiered table created by CTAS, in two phases (FLIP-305's TwoPhaseCatalogTable)."""
+
+    def __init__(self, ctx: Any, target: TablePath, properties: dict[str, str], if_not_exists: bool = False):
+        from server.tiering.tables import lake_path
+
+        self.ctx = ctx
+        self.spark = ctx.spark
+        self.target = target
+        self.lake = lake_path(ctx.config, target)
+        self.properties = dict(properties)
+        self.if_not_exists = if_not_exists
+        self.ctas_id = uuid.uuid4().hex[:12]
+        self.staged_stream = TablePath(STAGING_DATABASE, f"ctas_{self.ctas_id}_stream")
+        self.staged_lake = TablePath(STAGING_DATABASE, f"ctas_{self.ctas_id}_lake")
+        self.journal = Journal(self.spark)
+        self.row: dict[str, Any] | None = None
+        self.spec: Any = None
+        self.columns: list = []
+        self.position = 0
+        self.rows = 0
+
+    def exists(self) -> TablePath | None:
+        for name in (self.target, self.lake):
+            if self.spark.catalog.tableExists(name.quoted):
+                return name
+        return None
+
+    def begin(self, columns: list) -> None:
+        """Journal the statement, then stage both tables (empty)."""
+        from server.tiering.spec import TieredSpec
+        from server.tiering.tables import create_lake_table, create_stream_table, stream_properties
+
+        self.columns = columns
+        self.spec = TieredSpec.from_properties(self.properties, columns)
+        if not self.spark.catalog.databaseExists(self.target.database):
+            raise SparkSqlError(f"[SCHEMA_NOT_FOUND] The schema `{self.target.database}` cannot be found.", "3F000")
+        created_database = None if self.spark.catalog.databaseExists(self.lake.database) else self.lake.database
+        self.row = dict(
+            ctas_id=self.ctas_id, database_name=self.target.database, table_name=self.target.table,
+            lake_database=self.lake.database, lake_table=self.lake.table,
+            staged_stream=str(self.staged_stream), staged_lake=str(self.staged_lake),
+            stream_location=_table_location(self.spark, self.target.database, self.target.table, self.ctas_id),
+            lake_location=_table_location(self.spark, self.lake.database, self.lake.table, self.ctas_id),
+            created_database=created_database, state=RUNNING, user_name=self.ctx.user,
+            started_at=_now(), finished_at=None, detail=None,
+        )
+        self.journal.add(self.row)
+        if created_database:
+            self.spark.sql(sql.render("templates/create_database.sql.j2", database=created_database))
+        create_stream_table(self.spark, self.staged_stream, columns, self.spec,
+                            stream_properties(self.properties, self.lake), location=self.row["stream_location"])
+        create_lake_table(self.spark, self.target, self.lake, columns, self.spec, at=self.staged_lake,
+                          location=self.row["lake_location"])
+        log.info("CTAS %s of %s: staged as %s and %s", self.ctas_id, self.target, self.staged_stream, self.staged_lake)
+
+    def write(self, frame: Any, cancelled: Any = lambda: False) -> None:
+        """The query's rows into the staged stream table, then a tiering round
+        of them into the staged lake table."""
+        from pyspark.sql import functions as F
+
+        from server.tiering.planner import plan_round
+        from server.tiering.round import run_round
+        from server.tiering.spec import CHANGE_TYPE
+
+        if self.spec.is_primary_key:
+            frame = frame.withColumn(CHANGE_TYPE, F.lit(None).cast("string"))
+        frame.writeTo(self.staged_stream.quoted).append()
+        faults.point("ctas-after-write")
+        head = iceberg_table(self.spark, self.staged_stream.quoted).currentSnapshot()
+        self.rows = 0 if head is None else int(dict(head.summary()).get("added-records", 0))
+
+        def check() -> None:
+            if cancelled():
+                raise OperationCancelledError("the statement was cancelled")
+
+        plan = plan_round(self.spark, self.staged_stream, self.staged_lake, self.spec)
+        result = run_round(self.spark, plan, table_id=0, epoch=0, job_id=f"ctas-{self.ctas_id}", check_epoch=check,
+                           max_duration_s=float("inf"), chunk_rows=1 << 62)
+        self.position = result.end_position
+
+    def commit(self) -> Any:
+        """Rename both tables into place and register; returns the coordinator state.
+
+        Losing the race for the name to a concurrent creator aborts, like
+        Spark's own atomic CTAS (or is a no-op with IF NOT EXISTS).
+        """
+        from procedures.tiering import register_table
+        from server.statemachine import Status
+
+        with _COMMIT_LOCK:
+            taken = self.exists()
+            if taken is not None:
+                raise TableExistsError(f"table {taken} already exists")
+            renamed = self._rename(self.staged_stream, self.target)
+            faults.point("ctas-during-commit")
+            renamed = renamed and self._rename(self.staged_lake, self.lake)
+            if not renamed:
+                raise TableExistsError(f"table {self.exists() or self.target} was created concurrently")
+            state, _ = register_table(self.ctx, self.target, self.lake, Status.NEW, tiered_position=self.position)
+        try:
+            self.journal.finish(self.ctas_id, COMMITTED)
+        except Exception:  # noqa: BLE001 - committed all the same; the next start brings the journal up to date
+            log.warning("CTAS %s committed, but its journal row could not be updated", self.ctas_id, exc_info=True)
+        log.info("CTAS %s committed: %s (%d rows, position %d), lake table %s, table id %d", self.ctas_id,
+                 self.target, self.rows, self.position, self.lake, state.table_id)
+        return state
+
+    def _rename(self, source: TablePath, target: TablePath) -> bool:
+        try:
+            self.spark.sql(sql.render(T_RENAME, source=[source.database, source.table],
+                                      target=[target.database, target.table]))
+            return True
+        except Exception as e:  # noqa: BLE001 - py4j-wrapped AnalysisException
+            if "ALREADY_EXISTS" in str(e) or "already exists" in str(e):
+                return False
+            raise
+
+    def abort(self, reason: str) -> None:
+        if self.row is None:
+            return
+        try:
+            dropped = remove_everything(self.spark, self.row)
+            self.journal.finish(self.ctas_id, ABORTED, reason[:2048])
+            log.info("CTAS %s of %s aborted (%s); removed %s", self.ctas_id, self.target, reason, dropped or "nothing")
+        except Exception:  # noqa: BLE001 - the journal row stays running: the next start rolls it back
+            log.exception("CTAS %s of %s: abort failed; it is rolled back at the next start", self.ctas_id,
+                          self.target)
+
+
+def check_query(query: str) -> str:
+    """``query`` must be one query (SELECT, WITH …, set operations): ``spark.sql``
+    runs commands eagerly, so anything else must never reach it."""
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import ParseError, TokenError
+
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidArgumentError("query must be a SELECT statement")
+    try:
+        trees = [t for t in sqlglot.parse(query, read="spark") if t is not None]
+    except (ParseError, TokenError) as e:
+        raise SqlSyntaxError(f"cannot parse the query: {str(e).splitlines()[0]}") from None
+    if len(trees) != 1 or not isinstance(trees[0], exp.Query):
+        raise InvalidArgumentError("query must be a single SELECT statement (SELECT, WITH … SELECT, UNION, …)")
+    return query.strip().rstrip(";")
+
+
+def create_table_as(ctx: Any, target: TablePath, query: str, properties: dict[str, str],
+                    if_not_exists: bool = False) -> list[tuple]:
+    """Run one atomic CTAS of a tiered table; returns the result row(s)."""
+    from server.gateway import operations
+    from server.tiering.round import columns_of
+
+    spark = ctx.spark
+    create = TwoPhaseCreate(ctx, target, properties, if_not_exists)
+    taken = create.exists()
+    if taken is not None:
+        if if_not_exists:
+            return []
+        raise TableExistsError(f"table {taken} already exists")
+    frame = spark.sql(check_query(query))  # analysis errors surface here, before anything is staged
+    columns = columns_of(frame.schema)
+    if not columns:
+        raise InvalidArgumentError("the query of a CREATE TABLE … AS SELECT must return columns")
+    control = operations.current()
+    sc = spark.sparkContext
+    group = f"tierlake-ctas-{create.ctas_id}"
+    sc.setJobGroup(group, f"CREATE TABLE {target} AS SELECT", interruptOnCancel=True)
+    unregister = control.on_cancel(lambda: sc.cancelJobGroup(group)) if control else (lambda: None)
+
+    def cancelled() -> bool:
+        return control is not None and control.cancelled
+
+    try:
+        create.begin(columns)
+        faults.point("ctas-after-begin")
+        create.write(frame, cancelled)
+        if cancelled():
+            raise OperationCancelledError("the statement was cancelled")
+        state = create.commit()
+    except BaseException as e:
+        if cancelled():
+            reason = "cancelled by the client"
+        elif isinstance(e, TableExistsError) and if_not_exists:
+            reason = "IF NOT EXISTS: the table was created concurrently"
+        else:
+            reason = f"{type(e).__name__}: {e}"
+        create.abort(reason)
+        if cancelled():
+            raise OperationCancelledError(
+                f"CREATE TABLE {target} AS SELECT was cancelled; nothing was created") from None
+        if isinstance(e, TableExistsError) and if_not_exists:
+            return []
+        raise
+    finally:
+        unregister()
+        sc._jsc.clearJobGroup()
+    return [(state.table_id, str(target), str(create.lake), state.status.value, create.rows)]
+
+
+def recover(ctx: Any) -> list[dict[str, Any]]:
+    """At server start: roll back every statement the journal says is unfinished.
+
+    One whose coordinator registration exists had passed its commit point; it
+    is kept and its journal row completed (``recovered``).
+    """
+    from procedures.tiering import coordinator, find_registered
+
+    spark = ctx.spark
+    journal = Journal(spark)
+    outcomes = []
+    for row in journal.unfinished():
+        stream, lake, _, _ = _paths(row)
+        _, states = coordinator(ctx).load()
+        registered = find_registered(states, stream)
+        if (registered is not None and _owned(spark, stream, row["stream_location"])
+                and _owned(spark, lake, row["lake_location"])):
+            journal.finish(row["ctas_id"], RECOVERED, "the server stopped after the commit point; kept")
+            log.warning("CTAS %s of %s was interrupted after its commit point; it is complete", row["ctas_id"], stream)
+            outcomes.append(dict(row, state=RECOVERED))
+            continue
+        dropped = remove_everything(spark, row)
+        detail = "the server stopped before the statement committed; rolled back at start"
+        journal.finish(row["ctas_id"], ROLLED_BACK, detail)
+        log.warning("CTAS %s of %s (started %s by %s) was unfinished; rolled back, removed %s", row["ctas_id"], stream,
+                    row["started_at"], row["user_name"], dropped or "nothing")
+        outcomes.append(dict(row, state=ROLLED_BACK))
+    return outcomes

@@ -1,0 +1,265 @@
+"""Atomic CREATE TABLE … AS SELECT of tiered tables, through the real gateway.
+
+A CTAS either leaves the stream table, the lake table, their data and the
+coordinator registration all in place, or nothing at all: failing queries,
+client cancels and lost races are checked against SHOW TABLES, the
+coordinator tables and the files under the warehouse.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from pyhive import exc, hive
+from TCLIService import ttypes
+
+from server.ctas import _location_key, check_query
+from server.exceptions import InvalidArgumentError, SqlSyntaxError
+
+# -- unit (no JVM) -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT 1 AS a",
+    "WITH x AS (SELECT 1 AS a) SELECT a FROM x",
+    "SELECT 1 AS a UNION ALL SELECT 2",
+    "  select id from range(10) ;",
+])
+def test_queries_are_accepted(query):
+    assert check_query(query) == query.strip().rstrip(";")
+
+
+@pytest.mark.parametrize("query, error", [
+    ("DROP TABLE shop.orders", InvalidArgumentError),
+    ("INSERT INTO t SELECT 1", InvalidArgumentError),
+    ("SELECT 1; DROP TABLE t", InvalidArgumentError),
+    ("", InvalidArgumentError),
+    ("SELECT (", SqlSyntaxError),
+])
+def test_anything_but_one_query_is_refused_before_spark_sees_it(query, error):
+    with pytest.raises(error):
+        check_query(query)
+
+
+def test_locations_compare_across_file_uri_spellings():
+    assert _location_key("file:/w/a.db/t-1") == _location_key("file:///w/a.db/t-1/") == _location_key("/w/a.db/t-1")
+    assert _location_key("file:/w/a.db/t-1") != _location_key("file:/w/a.db/t-2")
+
+
+# -- integration ------------------------------------------------------------------
+
+integration = pytest.mark.integration
+
+
+@pytest.fixture
+def db(spark):
+    name = "ctas_" + uuid.uuid4().hex[:8]
+    spark.sql(f"CREATE DATABASE `{name}`")  # its lake database is created by the first CTAS
+    return name
+
+
+@pytest.fixture(scope="module")
+def udfs(spark):
+    def fail_at_1000(x):
+        if x == 1000:
+            raise ValueError("row 1000 is poisoned")
+        return x
+
+    def slow(x):
+        time.sleep(0.01)
+        return x
+
+    spark.udf.register("fail_at_1000", fail_at_1000, "bigint")
+    spark.udf.register("slow_id", slow, "bigint")
+
+
+def connect(server, user="ctas"):
+    return hive.connect("127.0.0.1", server.gateway.port, username=user).cursor()
+
+
+def warehouse_files(spark, db: str) -> set[str]:
+    root = Path(_location_key(spark.conf.get("spark.sql.warehouse.dir")))
+    out = set()
+    for sub in (f"{db}.db", f"{db}_lake.db"):
+        for dirpath, _, files in os.walk(root / sub):
+            out.update(str(Path(dirpath) / f) for f in files)
+    return out
+
+
+def catalog_state(spark, db: str):
+    databases = {d for d in (db, f"{db}_lake") if spark.catalog.databaseExists(d)}
+    tables = {(d, r.tableName) for d in databases for r in spark.sql(f"SHOW TABLES IN `{d}`").collect()}
+    staged = {r.tableName for r in spark.sql("SHOW TABLES IN sys").collect() if r.tableName.startswith("ctas_")
+              and r.tableName != "ctas_journal"}
+    registered = {(r.database_name, r.table_name) for r in spark.sql("SELECT * FROM sys.tiering_tables").collect()}
+    return tables, staged, registered, warehouse_files(spark, db), databases
+
+
+def log_rows(spark, db: str, table: str):
+    return spark.sql(
+        f"SELECT state, detail FROM sys.create_table_as_log WHERE database_name = '{db}' AND table_name = '{table}'"
+    ).collect()
+
+
+@integration
+def test_a_query_failing_mid_way_leaves_nothing(server, spark, db, udfs):
+    before = catalog_state(spark, db)
+    cur = connect(server)
+    with pytest.raises(exc.OperationalError) as raised:
+        cur.execute(f"CREATE TABLE {db}.t TBLPROPERTIES ('table.datalake.enabled'='true', 'primary-key'='id', "
+                    "'bucket.num'='2') AS SELECT fail_at_1000(id) AS id, id * 2 AS v FROM range(2000)")
+    assert "row 1000 is poisoned" in str(raised.value)
+    assert catalog_state(spark, db) == before  # the lake database it created is gone too
+    (row,) = log_rows(spark, db, "t")
+    assert row.state == "aborted" and "poisoned" in row.detail
+    cur.execute("SELECT 1")  # the connection is still usable
+    assert cur.fetchall() == [(1,)]
+
+
+@integration
+def test_a_client_cancel_during_a_long_ctas_leaves_nothing(server, spark, db, udfs):
+    before = catalog_state(spark, db)
+    cur = connect(server)
+    cur.execute(f"CREATE TABLE {db}.slow TBLPROPERTIES ('table.datalake.enabled'='true') "
+                "AS SELECT slow_id(id) AS id FROM range(6000)", async_=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # cancel once it has staged its tables and runs the query
+        rows = log_rows(spark, db, "slow")
+        if rows and rows[0].state == "running" and catalog_state(spark, db)[1]:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("the CTAS never started running")
+    cur.cancel()
+    state = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        state = cur.poll().operationState
+        if state != ttypes.TOperationState.RUNNING_STATE:
+            break
+    assert state == ttypes.TOperationState.CANCELED_STATE
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and log_rows(spark, db, "slow")[0].state == "running":
+        time.sleep(0.2)
+    (row,) = log_rows(spark, db, "slow")
+    assert (row.state, row.detail) == ("aborted", "cancelled by the client")
+    assert catalog_state(spark, db) == before
+
+
+@integration
+def test_a_successful_ctas_is_visible_at_once_and_the_next_round_tiers_only_what_is_new(server, spark, db):
+    from server.tiering.worker import start_workers
+
+    cur = connect(server)
+    cur.execute(f"CREATE TABLE {db}.orders TBLPROPERTIES ('table.datalake.enabled'='true', 'primary-key'='id', "
+                "'bucket.num'='2', 'table.datalake.freshness'='1 s') "
+                "AS SELECT id, CAST(id AS DOUBLE) AS amount FROM range(100)")
+    (table_id, path, lake, _status, rows), = cur.fetchall()
+    assert (path, lake, rows) == (f"{db}.orders", f"{db}_lake.orders", 100)
+    cur.execute(f"SELECT table_name, last_error FROM sys.lake_tiering_status WHERE database_name = '{db}'")
+    assert cur.fetchall() == [("orders", None)]
+    cur.execute(f"SELECT count(*), sum(amount) FROM {db}_lake.orders")
+    assert cur.fetchall() == [(100, float(sum(range(100))))]
+    cur.execute(f"SELECT state FROM sys.create_table_as_log WHERE database_name = '{db}'")
+    assert cur.fetchall() == [("committed",)]
+
+    cur.execute(f"INSERT INTO {db}.orders (id, amount, _change_type) VALUES (5, -1.0, '+U'), (500, 1.0, NULL)")
+    workers = start_workers(server, 1)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            done = spark.sql(f"SELECT rows, start_position, end_position FROM sys.tiering_rounds "
+                             f"WHERE table_id = {table_id} AND outcome = 'finished'").collect()
+            if done:
+                break
+            time.sleep(0.3)
+        else:
+            pytest.fail("no round finished")
+    finally:
+        for w in workers:
+            w.stop()
+        for w in workers:
+            w.join(timeout=120)
+    (round_,) = done
+    assert (round_.rows, round_.start_position, round_.end_position) == (2, 1, 2)  # only the new commit
+    cur.execute(f"SELECT count(*), min(amount), max(id) FROM {db}_lake.orders")
+    assert cur.fetchall() == [(101, -1.0, 500)]
+
+
+@integration
+def test_if_not_exists_and_an_existing_table(server, spark, db):
+    cur = connect(server)
+    statement = (f"CREATE TABLE {{}} {db}.e TBLPROPERTIES ('table.datalake.enabled'='true') "
+                 "AS SELECT id FROM range({})")
+    cur.execute(statement.format("", 3))
+    cur.execute(statement.format("IF NOT EXISTS", 7))
+    assert cur.fetchall() == []
+    with pytest.raises(exc.OperationalError) as raised:
+        cur.execute(statement.format("", 9))
+    assert "already exists" in str(raised.value) and "42P07" in str(raised.value)
+    assert spark.table(f"{db}_lake.e").count() == 3 and spark.table(f"{db}.e").count() == 3
+
+
+@integration
+def test_concurrent_creators_of_one_name_one_wins_and_the_loser_leaves_nothing(server, spark, db):
+    outcomes: dict[int, object] = {}
+
+    def create(n: int) -> None:
+        cur = connect(server, f"racer{n}")
+        try:
+            cur.execute(f"CREATE TABLE {db}.race TBLPROPERTIES ('table.datalake.enabled'='true') "
+                        f"AS SELECT id, {n} AS who FROM range(50)")
+            outcomes[n] = "created"
+        except exc.OperationalError as e:
+            outcomes[n] = str(e)
+
+    threads = [threading.Thread(target=create, args=(n,)) for n in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    winners = [n for n, o in outcomes.items() if o == "created"]
+    assert len(winners) == 1, outcomes
+    loser = next(o for n, o in outcomes.items() if n not in winners)
+    assert "already exists" in loser
+    who = {r.who for r in spark.table(f"{db}.race").collect()} | {r.who for r in spark.table(f"{db}_lake.race").collect()}
+    assert who == set(winners)
+    _, staged, registered, _, _ = catalog_state(spark, db)
+    assert not staged and (db, "race") in registered
+    states = sorted(r.state for r in log_rows(spark, db, "race"))
+    assert states == ["aborted", "committed"] or states == ["committed"]  # a loser may be refused before it begins
+
+
+@integration
+def test_call_create_table_as_with_properties(server, spark, db):
+    cur = connect(server)
+    cur.execute(f"CALL sys.create_table_as('{db}.c', 'SELECT id, id % 3 AS k FROM range(10)', "
+                "properties => map('primary-key', 'id', 'bucket.num', '2'))")
+    (_, path, lake, _, rows), = cur.fetchall()
+    assert (path, lake, rows) == (f"{db}.c", f"{db}_lake.c", 10)
+    assert "_change_type" in spark.table(f"{db}.c").columns  # a primary-key stream table
+    with pytest.raises(exc.OperationalError) as raised:
+        cur.execute(f"CALL sys.create_table_as('{db}.d', 'DROP TABLE {db}.c')")
+    assert "single SELECT" in str(raised.value)
+    assert spark.catalog.tableExists(f"{db}.c") and not spark.catalog.tableExists(f"{db}.d")
+    with pytest.raises(exc.OperationalError) as raised:
+        cur.execute(f"CALL sys.create_table_as('{db}.d', 'SELECT 1 AS a', map('table.datalake.enabled', 'false'))")
+    assert "cannot be 'false'" in str(raised.value)
+
+
+@integration
+def test_plain_iceberg_ctas_keeps_sparks_own_atomicity(server, spark, db):
+    cur = connect(server)
+    with pytest.raises(exc.OperationalError) as raised:  # relayed to Spark, whose sessions do not see driver UDFs
+        cur.execute(f"CREATE TABLE {db}.plain USING iceberg AS SELECT CASE WHEN id = 1000 "
+                    "THEN raise_error('row 1000 is poisoned') ELSE id END AS id FROM range(2000)")
+    assert "row 1000 is poisoned" in str(raised.value)
+    assert not spark.catalog.tableExists(f"{db}.plain")
+    cur.execute(f"CREATE TABLE {db}.plain USING iceberg AS SELECT id FROM range(5)")
+    assert spark.table(f"{db}.plain").count() == 5
+    assert (db, "plain") not in catalog_state(spark, db)[2]  # not registered for tiering
