@@ -263,3 +263,15 @@ def test_plain_iceberg_ctas_keeps_sparks_own_atomicity(server, spark, db):
     cur.execute(f"CREATE TABLE {db}.plain USING iceberg AS SELECT id FROM range(5)")
     assert spark.table(f"{db}.plain").count() == 5
     assert (db, "plain") not in catalog_state(spark, db)[2]  # not registered for tiering
+
+
+@integration
+def test_beeline_ctas_is_polled_to_the_end_and_a_failing_one_reports_the_error(server, spark, db, beeline, udfs):
+    result = beeline.run(
+        f"CREATE TABLE {db}.bl TBLPROPERTIES ('table.datalake.enabled'='true') AS SELECT id FROM range(20);\n"
+        f"CREATE TABLE {db}.bad TBLPROPERTIES ('table.datalake.enabled'='true') "
+        "AS SELECT fail_at_1000(id) AS id FROM range(2000);\n", timeout=300)
+    out = result.stdout + result.stderr
+    assert f"{db}.bl,{db}_lake.bl" in out, out[-3000:]
+    assert "row 1000 is poisoned" in out
+    assert spark.table(f"{db}_lake.bl").count() == 20 and not spark.catalog.tableExists(f"{db}.bad")

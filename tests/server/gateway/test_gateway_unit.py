@@ -467,3 +467,74 @@ def test_mismatched_client_auth_fails_fast_with_a_hint(gateways, caplog):
             hive.connect("127.0.0.1", gateways["NOSASL"].port, username="x")
         assert time.monotonic() - started < 10
         assert wait_for(lambda: "noSasl" in caplog.text)
+
+
+# -- long local statements: asynchronous execution, polling, cancellation -----
+
+def _wait_state(raw, handle, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = raw.client.GetOperationStatus(ttypes.TGetOperationStatusReq(handle))
+        if status.operationState != ttypes.TOperationState.RUNNING_STATE:
+            return status
+    raise AssertionError("still running")
+
+
+def test_a_long_local_statement_is_polled_until_it_finishes(gateway):
+    raw = RawClient(gateway)
+    response = raw.execute("CALL TOY.SLOW(2)")
+    assert response.status.statusCode == SUCCESS
+    handle = response.operationHandle
+    early = raw.fetch(handle)
+    assert early.status.statusCode == ERROR and "found RUNNING" in early.status.errorMessage
+    status = _wait_state(raw, handle)
+    assert status.operationState == ttypes.TOperationState.FINISHED_STATE and status.hasResultSet
+    assert raw.fetch(handle).results.columns[0].i64Val.values == [2]
+    raw.close()
+
+
+def test_a_long_local_statement_that_fails_reports_its_sql_error_when_polled(gateway):
+    raw = RawClient(gateway)
+    handle = raw.execute("CALL TOY.SLOWFAIL(2)").operationHandle
+    status = _wait_state(raw, handle)
+    assert status.operationState == ttypes.TOperationState.ERROR_STATE
+    assert (status.sqlState, status.errorMessage) == ("42883", "slow failure")
+    raw.close()
+
+
+def test_cancel_operation_cancels_a_running_local_statement(gateway):
+    raw = RawClient(gateway)
+    statement = "CALL TOY.SLOW(30) -- cancel %s" % gateway.auth
+    handle = raw.execute(statement).operationHandle
+    cancel = raw.client.CancelOperation(ttypes.TCancelOperationReq(handle))
+    assert cancel.status.statusCode == SUCCESS
+    assert _wait_state(raw, handle).operationState == ttypes.TOperationState.CANCELED_STATE
+    deadline = time.monotonic() + 10
+    while statement not in gateway.handler.cancelled and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert statement in gateway.handler.cancelled
+    raw.close()
+
+
+def test_a_client_that_disconnects_cancels_its_running_statements(gateway):
+    raw = RawClient(gateway)
+    statement = "CALL TOY.SLOW(30) -- disconnect %s" % gateway.auth
+    raw.execute(statement)
+    raw.close()
+    deadline = time.monotonic() + 10
+    while statement not in gateway.handler.cancelled and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert statement in gateway.handler.cancelled
+
+
+def test_pyhive_async_execute_and_cancel(gateway):
+    cursor = pyhive(gateway).cursor()
+    cursor.execute("CALL TOY.SLOW(30) -- pyhive %s" % gateway.auth, async_=True)
+    assert cursor.poll().operationState == ttypes.TOperationState.RUNNING_STATE
+    cursor.cancel()
+    deadline = time.monotonic() + 10
+    while cursor.poll().operationState == ttypes.TOperationState.RUNNING_STATE and time.monotonic() < deadline:
+        pass
+    assert cursor.poll().operationState == ttypes.TOperationState.CANCELED_STATE
+    cursor.execute("CALL TOY.ROWS(1)")  # the connection goes on
+    assert len(cursor.fetchall()) == 1

@@ -6,12 +6,15 @@ import datetime as dt
 import re
 import threading
 
-from server.exceptions import SqlSyntaxError, UnknownProcedureError
+import time
+
+from server.exceptions import OperationCancelledError, SqlSyntaxError, UnknownProcedureError
+from server.gateway import operations
 from server.gateway.protocol import LocalResult, SessionInfo
 
 ROWS_COLUMNS = [("name", "string"), ("n", "bigint"), ("ts", "timestamp"), ("nothing", "string")]
 BASE_TS = dt.datetime(2024, 1, 2, 3, 4, 5)
-_CALL = re.compile(r"^\s*CALL\s+TOY\.(\w+)\s*\(\s*(\d*)\s*\)\s*;?\s*$", re.IGNORECASE)
+_CALL = re.compile(r"^\s*CALL\s+TOY\.(\w+)\s*\(\s*(\d*)\s*\)\s*;?\s*(--.*)?$", re.IGNORECASE)
 
 
 def toy_row(i: int) -> tuple:
@@ -28,10 +31,13 @@ def toy_ts_text(i: int) -> str:
 class ToyHandler:
     """ROWS(n): n rows of (string, bigint, timestamp, NULL); FAIL(): a
     TierlakeError; BOOM(): a plain exception; WHOAMI(): the session info;
-    HUGE(): a bigint that cannot be encoded; BADTYPE(): an unsupported type."""
+    HUGE(): a bigint that cannot be encoded; BADTYPE(): an unsupported type;
+    SLOW(s): one row after s seconds, unless cancelled first; SLOWFAIL(s):
+    fails after s seconds."""
 
     def __init__(self):
         self.sessions: list[SessionInfo] = []
+        self.cancelled: list[str] = []
         self._lock = threading.Lock()
 
     def wants(self, statement: str) -> bool:
@@ -55,6 +61,18 @@ class ToyHandler:
         if name == "WHOAMI":
             return LocalResult([("user", "string"), ("protocol", "int"), ("address", "string")],
                                [(session.user, session.protocol_version, session.client_address)])
+        if name in ("SLOW", "SLOWFAIL"):
+            control = operations.current()
+            deadline = time.monotonic() + int(arg or 3)
+            while time.monotonic() < deadline:
+                if control is not None and control.cancelled:
+                    with self._lock:
+                        self.cancelled.append(statement)
+                    raise OperationCancelledError("toy statement cancelled")
+                time.sleep(0.05)
+            if name == "SLOWFAIL":
+                raise UnknownProcedureError("slow failure")
+            return LocalResult([("n", "bigint")], [(int(arg or 3),)])
         if name == "HUGE":
             return LocalResult([("n", "bigint")], [(1,), (1 << 70,)])
         if name == "BADTYPE":
