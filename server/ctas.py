@@ -23,6 +23,7 @@ disconnect, through :mod:`server.gateway.operations`) aborts.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import uuid
 from datetime import datetime, timezone
@@ -97,12 +98,17 @@ def _location_key(location: str | None) -> str:
     return text
 
 
+def _label(name: str) -> str:
+    return re.sub(r"[^a-z0-9_]", "_", name.lower())[:100]
+
+
 def _table_location(spark: Any, database: str, table: str, ctas_id: str) -> str:
     if spark.catalog.databaseExists(database):
         base = spark.catalog.getDatabase(database).locationUri
     else:
-        base = spark.conf.get("spark.sql.warehouse.dir").rstrip("/") + f"/{database}.db"
-    return f"{base.rstrip('/')}/{table}-{ctas_id}"
+        base = spark.conf.get("spark.sql.warehouse.dir").rstrip("/") + f"/{_label(database)}.db"
+    # The name only labels the directory: a hostile one must not steer the path.
+    return f"{base.rstrip('/')}/{_label(table)}-{ctas_id}"
 
 
 def _owned(spark: Any, name: TablePath, location: str) -> bool:
@@ -326,36 +332,65 @@ def create_table_as(ctx: Any, target: TablePath, query: str, properties: dict[st
     sc = spark.sparkContext
     group = f"tierlake-ctas-{create.ctas_id}"
     sc.setJobGroup(group, f"CREATE TABLE {target} AS SELECT", interruptOnCancel=True)
-    unregister = control.on_cancel(lambda: sc.cancelJobGroup(group)) if control else (lambda: None)
-
-    def cancelled() -> bool:
-        return control is not None and control.cancelled
-
     try:
-        create.begin(columns)
-        faults.point("ctas-after-begin")
-        create.write(frame, cancelled)
-        if cancelled():
-            raise OperationCancelledError("the statement was cancelled")
-        state = create.commit()
-    except BaseException as e:
-        if cancelled():
-            reason = "cancelled by the client"
-        elif isinstance(e, TableExistsError) and if_not_exists:
-            reason = "IF NOT EXISTS: the table was created concurrently"
-        else:
-            reason = f"{type(e).__name__}: {e}"
-        create.abort(reason)
-        if cancelled():
-            raise OperationCancelledError(
-                f"CREATE TABLE {target} AS SELECT was cancelled; nothing was created") from None
-        if isinstance(e, TableExistsError) and if_not_exists:
-            return []
-        raise
+        hook = StatementHook(create, control, on_cancel=lambda: sc.cancelJobGroup(group))
+        state = hook.run(columns, frame)
     finally:
-        unregister()
         sc._jsc.clearJobGroup()
+    if state is None:  # IF NOT EXISTS, and a concurrent creator won
+        return []
     return [(state.table_id, str(target), str(create.lake), state.status.value, create.rows)]
+
+
+class StatementHook:
+    """FLIP-305's job-status hook: the statement's outcome ends the two-phase create.
+
+    ``run`` begins, writes and, when the statement succeeded, commits; a
+    failure (``on_failed``) or a cancel by the client (``on_cancelled``)
+    aborts instead. Returns the coordinator state, or None when IF NOT EXISTS
+    met a concurrent creator.
+    """
+
+    def __init__(self, create: Any, control: Any = None, on_cancel: Any = None):
+        self.create = create
+        self.control = control
+        self.on_cancel = on_cancel
+
+    @property
+    def cancelled(self) -> bool:
+        return self.control is not None and self.control.cancelled
+
+    def run(self, columns: list, frame: Any) -> Any:
+        unregister = (self.control.on_cancel(self.on_cancel) if self.control is not None and self.on_cancel
+                      else (lambda: None))
+        try:
+            self.create.begin(columns)
+            faults.point("ctas-after-begin")
+            self.create.write(frame, lambda: self.cancelled)
+            if self.cancelled:
+                raise OperationCancelledError("the statement was cancelled")
+            return self.on_finished()
+        except BaseException as e:
+            if self.cancelled:
+                self.on_cancelled()
+                raise OperationCancelledError(
+                    f"CREATE TABLE {self.create.target} AS SELECT was cancelled; nothing was created") from None
+            if isinstance(e, TableExistsError) and self.create.if_not_exists:
+                self.create.abort("IF NOT EXISTS: the table was created concurrently")
+                return None
+            self.on_failed(e)
+            raise
+        finally:
+            unregister()
+
+    def on_finished(self) -> Any:
+        return self.create.commit()
+
+    def on_failed(self, error: BaseException) -> None:
+        self.create.abort(f"{type(error).__name__}: {error}")
+
+    def on_cancelled(self) -> None:
+        self.create.abort("cancelled by the client")
 
 
 def recover(ctx: Any) -> list[dict[str, Any]]:

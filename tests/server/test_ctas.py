@@ -18,8 +18,9 @@ import pytest
 from pyhive import exc, hive
 from TCLIService import ttypes
 
-from server.ctas import _location_key, check_query
-from server.exceptions import InvalidArgumentError, SqlSyntaxError
+from server.ctas import StatementHook, _label, _location_key, check_query
+from server.exceptions import InvalidArgumentError, OperationCancelledError, SqlSyntaxError, TableExistsError
+from server.gateway.operations import OperationControl
 
 # -- unit (no JVM) -------------------------------------------------------------
 
@@ -49,6 +50,72 @@ def test_anything_but_one_query_is_refused_before_spark_sees_it(query, error):
 def test_locations_compare_across_file_uri_spellings():
     assert _location_key("file:/w/a.db/t-1") == _location_key("file:///w/a.db/t-1/") == _location_key("/w/a.db/t-1")
     assert _location_key("file:/w/a.db/t-1") != _location_key("file:/w/a.db/t-2")
+
+
+def test_hostile_names_cannot_steer_a_staged_location():
+    assert _label("../../etc") == "______etc"
+    assert _label("We`ird/Name") == "we_ird_name"
+
+
+class FakeCreate:
+    """Records the phases a StatementHook drives."""
+
+    target = "db.t"
+
+    def __init__(self, fail_in=None, if_not_exists=False, control=None):
+        self.calls, self.fail_in, self.if_not_exists, self.control = [], fail_in, if_not_exists, control
+
+    def _step(self, name):
+        self.calls.append(name)
+        if self.fail_in == name:
+            raise (TableExistsError if name == "commit" else RuntimeError)(f"{name} broke")
+
+    def begin(self, columns):
+        self._step("begin")
+
+    def write(self, frame, cancelled):
+        self._step("write")
+        if self.control is not None:
+            self.control.cancel()  # the client cancels while the query runs
+            assert cancelled()
+
+    def commit(self):
+        self._step("commit")
+        return "state"
+
+    def abort(self, reason):
+        self.calls.append(f"abort: {reason}")
+
+
+def test_hook_commits_a_statement_that_succeeded():
+    create = FakeCreate()
+    assert StatementHook(create).run([], None) == "state"
+    assert create.calls == ["begin", "write", "commit"]
+
+
+@pytest.mark.parametrize("phase", ["begin", "write"])
+def test_hook_aborts_a_statement_that_failed_and_raises_its_error(phase):
+    create = FakeCreate(fail_in=phase)
+    with pytest.raises(RuntimeError, match=f"{phase} broke"):
+        StatementHook(create).run([], None)
+    assert create.calls[-1] == f"abort: RuntimeError: {phase} broke" and "commit" not in create.calls
+
+
+def test_hook_aborts_a_cancelled_statement_and_never_commits():
+    control, cancelled_jobs = OperationControl(), []
+    create = FakeCreate(control=control)
+    with pytest.raises(OperationCancelledError, match="nothing was created"):
+        StatementHook(create, control, on_cancel=lambda: cancelled_jobs.append("spark jobs")).run([], None)
+    assert create.calls == ["begin", "write", "abort: cancelled by the client"]
+    assert cancelled_jobs == ["spark jobs"]
+
+
+def test_hook_with_if_not_exists_loses_a_race_quietly():
+    create = FakeCreate(fail_in="commit", if_not_exists=True)
+    assert StatementHook(create).run([], None) is None
+    assert create.calls[-1] == "abort: IF NOT EXISTS: the table was created concurrently"
+    with pytest.raises(TableExistsError):
+        StatementHook(FakeCreate(fail_in="commit")).run([], None)
 
 
 # -- integration ------------------------------------------------------------------
