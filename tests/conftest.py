@@ -111,6 +111,19 @@ def tierlake_command() -> list[str]:
     return [sys.executable, "-m", "server.cli"]
 
 
+def start_server_process(home, port: int, conf: list[str], workers: int = 0, fault: str | None = None):
+    """``tierlake server`` in a subprocess, returned once it printed its ready
+    line; ``fault`` sets TIERLAKE_FAULT (server/faults.py)."""
+    args = tierlake_command() + ["server", "--home", str(home), "--port", str(port), "--workers", str(workers)]
+    for c in conf:
+        args += ["--conf", c]
+    env = subprocess_env(**({"TIERLAKE_FAULT": fault} if fault else {}))
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    line = proc.stdout.readline()
+    assert line.startswith("tierlake ready:"), (line, proc.stderr.read() if proc.poll() is not None else "")
+    return proc
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pyhive import hive
 
-from tests.conftest import free_port, subprocess_env, tierlake_command
+from tests.conftest import free_port, start_server_process
 
 pytestmark = pytest.mark.integration
 
@@ -21,14 +21,7 @@ CTAS = ("CREATE TABLE crash.{name} TBLPROPERTIES ('table.datalake.enabled'='true
 
 
 def start(home: Path, port: int, fault: str | None = None) -> subprocess.Popen:
-    args = tierlake_command() + ["server", "--home", str(home), "--port", str(port), "--workers", "0"]
-    for c in CONF:
-        args += ["--conf", c]
-    env = subprocess_env(**({"TIERLAKE_FAULT": fault} if fault else {}))
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    line = proc.stdout.readline()
-    assert line.startswith("tierlake ready:"), (line, proc.stderr.read() if proc.poll() is not None else "")
-    return proc
+    return start_server_process(home, port, CONF, fault=fault)
 
 
 def user_files(home: Path) -> set[str]:

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import time
 
 import pytest
 from pyhive import hive
 
-from tests.conftest import free_port, subprocess_env, tierlake_command
+from tests.conftest import free_port, start_server_process
 
 pytestmark = pytest.mark.integration
 
@@ -23,14 +22,7 @@ CONF = [
 
 
 def start(home, port, fault=None):
-    args = tierlake_command() + ["server", "--home", str(home), "--port", str(port), "--workers", "1"]
-    for c in CONF:
-        args += ["--conf", c]
-    env = subprocess_env(**({"TIERLAKE_FAULT": fault} if fault else {}))
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    line = proc.stdout.readline()
-    assert line.startswith("tierlake ready:"), (line, proc.stderr.read() if proc.poll() is not None else "")
-    return proc
+    return start_server_process(home, port, CONF, workers=1, fault=fault)
 
 
 def cursor(port):
