@@ -12,7 +12,7 @@ from pyhive import exc
 from server.session import iceberg_table
 from server.tiering.client import LocalClient
 from server.tiering.worker import Worker, persistent_job_id
-from tests.server.tiering.conftest import coordinator_state, lake_summary, make_due, stream_position, wait_status
+from tests.server.tiering.conftest import coordinator_state, lake_summary, make_due, stream_position
 
 pytestmark = pytest.mark.integration
 
@@ -206,7 +206,8 @@ def truncated_table(server, spark, cursor, db, name, worker):
     make_due(server, path)
     tier_once(server, worker, path)
     (truncation,) = run(cursor, f"CALL sys.apply_log_retention('{path}')")
-    assert truncation[1] == snap[2] and truncation[2] > 0  # up to the KV snapshot, not to the tiered position
+    # Up to the KV snapshot, not to the tiered position (the server's own maintenance may have done it first).
+    assert truncation[1] == snap[2] < stream_position(spark, path)
     assert run(cursor, f"SELECT count(*) FROM {path}")[0][0] == 1  # only the commit after the snapshot is left
     run(cursor, f"CALL sys.disable_tiering('{path}')")
     run(cursor, f"DROP TABLE {db}_lake.{name}")
@@ -302,5 +303,5 @@ def test_a_rebuilt_lake_equals_the_stream_and_a_restarted_job_reuses_its_lease(s
     assert leases(hive_cursor, db, "rebuilt") == []  # no orphan lease
     assert lake_rows(hive_cursor, f"{db}_lake.rebuilt") == model == {1: "a2", 3: "c", 4: "d"}
     summary = lake_summary(spark, f"{db}_lake.rebuilt")
-    assert summary["tiering.source-position"] == str(stream_position(spark, path))
-    wait_status(server, path, "Scheduled")
+    assert summary["tiering.job-id"] == job_id
+    assert int(summary["tiering.source-position"]) == coordinator_state(server, path).tiered_position > snap[2]
