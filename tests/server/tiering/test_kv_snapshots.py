@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from pyhive import exc
@@ -73,7 +74,7 @@ def kv_state(spark, table, snapshot_id):
     return {r["id"]: r["v"] for r in rows}, kv_table
 
 
-def test_kv_snapshots_retention_and_leases(spark, hive_cursor, db):
+def test_kv_snapshots_retention_and_leases(server, spark, hive_cursor, db):
     make_pk_table(hive_cursor, db, "kv")
     table = f"{db}.kv"
     run(hive_cursor, f"CALL sys.disable_tiering('{table}')")  # snapshots need no tiering
@@ -141,6 +142,17 @@ def test_kv_snapshots_retention_and_leases(spark, hive_cursor, db):
     assert [r[1] for r in run(hive_cursor, "CALL sys.drop_lease('renewed')")] == [0, 1]
     assert expire(hive_cursor, table, 1) == {s4[1]: "expired", s5[1]: "retained"}
     assert kv_state(spark, table, s5[1])[0] == model
+
+    # The periodic snapshot: due once kv.snapshot.interval (10 min) has passed since the newest.
+    from server.tablepath import TablePath
+    from server.tiering.kvmaintenance import maintain
+
+    write(hive_cursor, db, "kv", model, [(7, "g", "+I")])
+    now = datetime.now(timezone.utc)
+    assert maintain(spark, server.config, TablePath(db, "kv"), None, now) == []
+    assert maintain(spark, server.config, TablePath(db, "kv"), None, now + timedelta(minutes=10)) == ["snapshot"]
+    s6 = kv_snapshot_ids(hive_cursor, db, "kv")[-1]
+    assert kv_snapshot_ids(hive_cursor, db, "kv") == [s5[1], s6] and kv_state(spark, table, s6)[0] == model
 
 
 def test_bad_lease_calls_are_clear_errors(hive_cursor, db):
