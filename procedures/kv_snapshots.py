@@ -40,8 +40,8 @@ def expire_kv_snapshots(ctx: Context, table: str, retain: int | None = None):
     Iceberg snapshot). Expired leases of the table are removed as well.
 
     Args:
-      retain: how many of the newest snapshots to keep (at least 1); NULL means the table's kv.snapshot.num-retained
       table: the primary-key stream table, db.table
+      retain: how many of the newest snapshots to keep (at least 1); NULL means the table's kv.snapshot.num-retained
     """
     path = parse_table_path(table, ctx.spark.catalog.currentDatabase())
     if retain is None:

@@ -221,6 +221,8 @@ def truncated_table(server, spark, cursor, db, name, worker):
     # Up to the KV snapshot, not to the tiered position (the server's own maintenance may have done it first).
     assert truncation[1] == snap[2] < stream_position(spark, path)
     assert run(cursor, f"SELECT count(*) FROM {path}")[0][0] == 1  # only the commit after the snapshot is left
+    head = iceberg_table(spark, path).currentSnapshot()  # a maintenance commit, which rounds skip
+    assert str(head.operation()) == "delete" and str(head.summary().get("tierlake.maintenance")) == "log-retention"
     run(cursor, f"CALL sys.disable_tiering('{path}')")
     run(cursor, f"DROP TABLE {db}_lake.{name}")
     run(cursor, f"CALL sys.enable_tiering('{path}')")
