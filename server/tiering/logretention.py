@@ -94,13 +94,18 @@ def apply(spark: Any, stream: TablePath, now: datetime | None = None) -> Truncat
         # start, never a log that silently misses data.
         table.updateProperties().set(kv.LOG_START_PROPERTY, str(new_start)).commit()
         table = iceberg_table(spark, stream.quoted)
-        delete, tasks = table.newDelete(), table.newScan().planFiles().iterator()
-        while tasks.hasNext():
-            data_file = tasks.next().file()
-            if int(data_file.dataSequenceNumber()) <= new_start:
-                delete.deleteFile(data_file)
-                result.removed_files += 1
-                result.removed_rows += int(data_file.recordCount())
+        # DataFile objects, not paths: they carry the data sequence number.
+        delete, planned = table.newDelete(), table.newScan().planFiles()
+        try:
+            tasks = planned.iterator()
+            while tasks.hasNext():
+                data_file = tasks.next().file()
+                if int(data_file.dataSequenceNumber()) <= new_start:
+                    delete.deleteFile(data_file)
+                    result.removed_files += 1
+                    result.removed_rows += int(data_file.recordCount())
+        finally:
+            planned.close()
         if result.removed_files:
             delete.set(MAINTENANCE, "log-retention")
             delete.set("tierlake.log.start-position", str(new_start))

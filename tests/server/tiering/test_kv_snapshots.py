@@ -93,14 +93,21 @@ def test_kv_snapshots_retention_and_leases(server, spark, hive_cursor, db):
     rows = run(hive_cursor, f"CALL sys.acquire_lease(lease_id => 'reader', table => '{table}', "
                             f"snapshots => map(0, {s1[1]}L, 1, {s1[1]}L), duration => '1 h')")
     assert [(r[0], r[1], r[2], r[3]) for r in rows] == [(table, 0, s1[1], "acquired"), (table, 1, s1[1], "acquired")]
+    # The Iceberg tag behind it ends with the lease: its age counts from the snapshot's commit, not the acquire.
+    from server.tiering.leases import Leases, tag_name
+
+    _, kv_table = kv_state(spark, table, s1[1])
+    expires_ms = int(next(r for r in Leases(spark).rows() if r["lease_id"] == "reader")["expires_at"].timestamp() * 1000)
+    kv_iceberg = iceberg_table(spark, kv_table)
+    max_age = int(kv_iceberg.refs().get(tag_name("reader", s1[1])).maxRefAgeMs())
+    assert abs(max_age - (expires_ms - int(kv_iceberg.snapshot(s1[1]).timestampMillis()))) <= 1
     write(hive_cursor, db, "kv", model, [(4, "d", "+I")])
     s3 = kv_snapshot(hive_cursor, table)  # applies kv.snapshot.num-retained = 2
     rows = run(hive_cursor, "SELECT snapshot_id, leased FROM sys.kv_snapshots WHERE database_name = %(db)s "
                             "ORDER BY log_position", {"db": db})
     assert rows == [(s1[1], True), (s2[1], False), (s3[1], False)]
     assert expire(hive_cursor, table, 1) == {s1[1]: "leased", s2[1]: "expired", s3[1]: "retained"}
-    # An Iceberg tag holds it against an external expire_snapshots as well.
-    _, kv_table = kv_state(spark, table, s3[1])
+    # The tag holds it against an external expire_snapshots as well.
     run(hive_cursor, f"CALL spark_catalog.system.expire_snapshots(table => '{kv_table}', "
                      "older_than => TIMESTAMP '2100-01-01 00:00:00', retain_last => 1)")
     assert kv_state(spark, table, s1[1])[0] == {1: "a", 2: "b"}
