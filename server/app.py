@@ -43,6 +43,7 @@ class Server:
         self.thrift_port: int | None = None
         self.coordinator: Coordinator | None = None
         self.workers: list = []
+        self.kv_maintenance: Any = None
         self.metastore_uri: str | None = None
         self._lock = HomeLock(config.home)
         self._stopped = threading.Event()
@@ -84,6 +85,10 @@ class Server:
             from server.tiering.worker import start_workers
 
             self.workers = start_workers(self, self.config.get_int("tierlake.tiering.workers", 1))
+            from server.tiering.kvmaintenance import KvMaintenance
+
+            self.kv_maintenance = KvMaintenance(self)
+            self.kv_maintenance.start()
         except BaseException:
             self.stop()
             raise
@@ -123,6 +128,7 @@ class Server:
             return
         self._stopped.set()
         for step, action in (
+            ("KV maintenance", lambda: self.kv_maintenance and self.kv_maintenance.stop()),
             ("tiering workers", self._stop_workers),
             ("gateway", lambda: self.gateway and self.gateway.stop()),
             ("scheduler", lambda: self.coordinator and self.coordinator.stop()),

@@ -30,6 +30,9 @@ DEFAULTS: dict[str, str] = {
     "tierlake.metastore.port": "",
     "tierlake.tiering.poll-interval": "1 s",
     "tierlake.tiering.chunk-rows": "5000000",
+    "tierlake.kv.snapshot.interval": "10 min",
+    "tierlake.kv.snapshot.num-retained": "2",
+    "tierlake.kv.maintenance-interval": "1 min",
     "spark.sql.shuffle.partitions": "4",
     "spark.ui.enabled": "false",
 }

@@ -153,3 +153,11 @@ class OperationCancelledError(TierlakeError):
 
     sqlstate = "57014"
     error_code = 2100
+
+
+class UnsupportedFeatureError(TierlakeError):
+    """The server does not support what was asked (e.g. KV snapshot leases on a
+    server whose sys schema predates them)."""
+
+    sqlstate = "0A000"
+    error_code = 2008

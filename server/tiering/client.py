@@ -17,11 +17,13 @@ class LocalClient:
         self.server = server
 
     def call(self, procedure: str, **arguments: Any) -> list[tuple]:
-        from procedures.types import SqlStruct
+        from procedures.types import SqlMap, SqlStruct
 
         def convert(value):
             if isinstance(value, list):
                 return [convert(v) for v in value]
+            if isinstance(value, SqlMap):
+                return SqlMap({k: convert(v) for k, v in value.items()})
             if isinstance(value, dict):
                 return SqlStruct({k: convert(v) for k, v in value.items()})
             return value

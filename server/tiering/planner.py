@@ -20,7 +20,13 @@ from server.tiering.spec import TieredSpec
 SOURCE_POSITION = "tiering.source-position"
 SOURCE_SNAPSHOT = "tiering.source-snapshot-id"
 MAINTENANCE = "tierlake.maintenance"
+LOG_START = "tierlake.log.start-position"  # log retention: the log is complete after it
 MAX_WALK = 100_000
+
+
+class LogTruncatedError(TieringGuardError):
+    """The changelog no longer reaches back to the lake's position: a KV
+    snapshot split can rebuild it (server/tiering/snapshot_split.py)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,7 @@ class Chunk:
     start_position: int
     end_position: int
     commits: list[StreamCommit]
+    snapshot: Any = None  # a KV snapshot split (server/tiering/snapshot_split.py) instead of commits
 
 
 @dataclass
@@ -65,14 +72,18 @@ class Plan:
     end_position: int
     commits: list[StreamCommit] = field(default_factory=list)
     start_snapshot_id: int | None = None
+    snapshot_split: Any = None  # set by server/tiering/snapshot_split.py: read it before the commits
 
     @property
     def empty(self) -> bool:
-        return not self.commits
+        return not self.commits and self.snapshot_split is None
 
     def chunks(self, max_rows: int) -> list[Chunk]:
         """Split the commits so that each chunk holds about ``max_rows`` rows."""
         out: list[Chunk] = []
+        if self.snapshot_split is not None:
+            split = self.snapshot_split
+            out.append(Chunk(None, split.stream_snapshot_id, split.log_position, split.log_position, [], split))
         start_id, start_pos, current = self.start_snapshot_id, self.lake_position, []
         for commit in self.commits:
             current.append(commit)
@@ -107,11 +118,22 @@ def _when(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def plan_round(spark: Any, stream: TablePath, lake: TablePath, spec: TieredSpec) -> Plan:
-    """Compare the lake's position with the stream's end and list the commits between."""
+def plan_round(spark: Any, stream: TablePath, lake: TablePath, spec: TieredSpec, start: int | None = None) -> Plan:
+    """Compare the lake's position with the stream's end and list the commits between.
+
+    ``start``: plan the commits after this position instead (a KV snapshot split covers the rest).
+    """
     stream_table = iceberg_table(spark, stream.quoted)
     lake_table = iceberg_table(spark, lake.quoted)
     position, _ = lake_position(lake_table)
+    if start is not None:
+        position = start
+    log_start = int(dict(stream_table.properties()).get(LOG_START) or 0)
+    if position < log_start:
+        raise LogTruncatedError(
+            f"the lake table {lake} has tiered stream position {position}, but log retention removed the "
+            f"changelog of {stream} up to position {log_start}; the lake table cannot be brought up to date "
+            "from the log")
     lake_snapshot = lake_table.currentSnapshot()
     plan = Plan(stream, lake, spec, position, None if lake_snapshot is None else int(lake_snapshot.snapshotId()),
                 end_position=position)
@@ -136,7 +158,7 @@ def plan_round(spark: Any, stream: TablePath, lake: TablePath, spec: TieredSpec)
             break
         snapshot = stream_table.snapshot(parent)
         if snapshot is None:
-            raise TieringGuardError(
+            raise LogTruncatedError(
                 f"the stream table {stream} no longer has the commits after position {position} "
                 f"(snapshot {parent} was expired); the lake table {lake} cannot be brought up to date from the log"
             )

@@ -179,8 +179,11 @@ def run_round(
     try:
         chunks = plan.chunks(chunk_rows)
         for index, chunk in enumerate(chunks):
-            _delta(spark, plan, chunk).createOrReplaceTempView(delta_view)
-            if plan.spec.is_primary_key:
+            if chunk.snapshot is None:
+                _delta(spark, plan, chunk).createOrReplaceTempView(delta_view)
+            if chunk.snapshot is not None:  # a KV snapshot split: written by write_split below
+                statement = None
+            elif plan.spec.is_primary_key:
                 bucket_field = next((str(f.name()) for f in iceberg_table(spark, plan.stream.quoted).spec().fields()
                                      if str(f.transform().toString()).startswith("bucket")), None)
                 spark.sql(
@@ -203,7 +206,12 @@ def run_round(
                 "commit-user": COMMIT_USER,
             }
             point("during-write")
-            with_commit_properties(spark, properties, lambda: spark.sql(statement))
+            if chunk.snapshot is not None:
+                from server.tiering.snapshot_split import write_split
+
+                write_split(spark, plan, chunk.snapshot, target, properties)
+            else:
+                with_commit_properties(spark, properties, lambda: spark.sql(statement))
             point("before-commit")
             check_epoch()
             last = index == len(chunks) - 1 or time.monotonic() - started >= max_duration_s

@@ -18,7 +18,7 @@ from server.durations import parse_duration
 from server.exceptions import FencedEpochError, TierlakeError
 from server.session import iceberg_table
 from server.tablepath import parse_table_path
-from server.tiering import planner
+from server.tiering import snapshot_split
 from server.tiering.round import run_round
 from server.tiering.spec import CHUNK_ROWS, MAX_ROUND, TieredSpec
 
@@ -78,12 +78,14 @@ class Worker(threading.Thread):
         self.stop_event = threading.Event()
         self.rounds = 0
         self.hook = None  # tests: called with the name of each round step
+        self.leases = snapshot_split.JobLeases(client, job_id)
 
     def stop(self) -> None:
         self.stop_event.set()
 
     def run(self) -> None:
         log.info("tiering worker %s started", self.job_id)
+        self.leases.drop_stale()
         while not self.stop_event.is_set():
             try:
                 rows = self.client.call("heartbeat", job_id=self.job_id, request_table=True)
@@ -116,18 +118,20 @@ class Worker(threading.Thread):
             spec = TieredSpec.from_properties(props)
             max_round = parse_duration(props.get(MAX_ROUND, str(props.get("table.datalake.freshness", "1 min"))))
             chunk_rows = int(props.get(CHUNK_ROWS, self.chunk_rows))
-            plan = planner.plan_round(self.spark, stream, lake, spec)
+            plan = snapshot_split.plan_and_lease(self.spark, self.leases, path, stream, lake, spec)
             result = run_round(self.spark, plan, table_id, epoch, self.job_id, check_epoch,
                                max_round.total_seconds(), chunk_rows, hook=self.hook)
             renewer.done.set()
             self.client.call("heartbeat", job_id=self.job_id, finished_tables=[dict(
                 entry, force_finished=result.force_finished, rows=result.rows, bytes=result.bytes,
                 files=result.files, tiered_position=result.end_position)])
+            self.leases.release(path)
             self.rounds += 1
             log.info("tiered %s: positions %d..%d, %d rows in %d commit(s)%s", path, plan.lake_position,
                      result.end_position, result.rows, result.commits, " (force-finished)" if result.force_finished else "")
         except FencedEpochError as e:
             renewer.done.set()
+            self.leases.release(path)
             try:
                 renewer.renew()
             except Exception:  # noqa: BLE001
@@ -140,6 +144,7 @@ class Worker(threading.Thread):
                 self._report_failure(entry, path, f"{e.message} (the lake table was changed by another writer)")
         except Exception as e:  # noqa: BLE001 - every other failure is reported with its text
             renewer.done.set()
+            self.leases.release(path)
             message = e.message if isinstance(e, TierlakeError) else f"{type(e).__name__}: {e}"
             log.warning("round of %s failed: %s\n%s", path, message, traceback.format_exc())
             self._report_failure(entry, path, message)

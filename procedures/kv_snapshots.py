@@ -1,0 +1,65 @@
+"""KV snapshots of primary-key stream tables and log retention (DESIGN §4)."""
+
+from __future__ import annotations
+
+from procedures.registry import Context, registry
+from server.tablepath import parse_table_path
+from server.tiering import kv, logretention
+
+SNAPSHOT_COLUMNS = [("table_path", "string"), ("snapshot_id", "bigint"), ("log_position", "bigint"),
+                    ("created_at", "timestamp"), ("created", "boolean")]
+
+
+@registry.procedure(returns=SNAPSHOT_COLUMNS)
+def kv_snapshot(ctx: Context, table: str):
+    """Take a KV snapshot of a primary-key stream table now: its key→row state at the current log position.
+
+    The snapshot is a snapshot of the table's companion KV table (sys.kv_*);
+    its id is that Iceberg snapshot id, shared by all buckets. Only the
+    changelog since the previous snapshot is applied. When nothing was written
+    since, the newest snapshot is returned (created = false). Retention
+    (kv.snapshot.num-retained) is applied afterwards, as after a periodic snapshot.
+
+    Args:
+      table: the primary-key stream table, db.table
+    """
+    path = parse_table_path(table, ctx.spark.catalog.currentDatabase())
+    snap, created = kv.take_snapshot(ctx.spark, path)
+    if created:
+        kv.expire(ctx.spark, path, kv.num_retained(kv.properties(ctx.spark, path), ctx.config))
+    return [(str(path), snap.snapshot_id, snap.log_position, snap.created_at, created)]
+
+
+@registry.procedure(returns=[("table_path", "string"), ("snapshot_id", "bigint"), ("log_position", "bigint"),
+                             ("outcome", "string")])
+def expire_kv_snapshots(ctx: Context, table: str, retain: int | None = None):
+    """Expire a table's KV snapshots except the newest ones and those under an unexpired lease.
+
+    Returns every snapshot that was retained with its outcome: retained (among
+    the newest), leased (kept for a lease) or expired (removed, with its
+    Iceberg snapshot). Expired leases of the table are removed as well.
+
+    Args:
+      table: the primary-key stream table, db.table
+      retain: how many of the newest snapshots to keep (at least 1); NULL means the table's kv.snapshot.num-retained
+    """
+    path = parse_table_path(table, ctx.spark.catalog.currentDatabase())
+    if retain is None:
+        retain = kv.num_retained(kv.primary_key_spec(ctx.spark, path)[0], ctx.config)
+    return [(str(path), s.snapshot_id, s.log_position, outcome) for s, outcome in kv.expire(ctx.spark, path, retain)]
+
+
+@registry.procedure(returns=logretention.RESULT_COLUMNS)
+def apply_log_retention(ctx: Context, table: str):
+    """Apply the stream table's log retention (table.log.ttl) now.
+
+    Changelog data older than the TTL is removed only where it is both tiered
+    into the lake and, for primary-key tables, covered by the newest (and every
+    leased) KV snapshot. The removal is a tierlake maintenance commit that
+    tiering skips. Without table.log.ttl nothing is removed.
+
+    Args:
+      table: the stream table, db.table
+    """
+    path = parse_table_path(table, ctx.spark.catalog.currentDatabase())
+    return [logretention.apply(ctx.spark, path).row()]

@@ -1,0 +1,56 @@
+"""KV snapshot leases (DESIGN §7): keep KV snapshots from retention while someone reads them."""
+
+from __future__ import annotations
+
+from procedures.registry import Context, registry
+from server.durations import parse_duration
+from server.tablepath import parse_table_path
+from server.tiering import kv
+from server.tiering.leases import DEFAULT_DURATION, RESULT_COLUMNS, Leases
+
+
+@registry.procedure(returns=RESULT_COLUMNS)
+def acquire_lease(ctx: Context, lease_id: str, table: str, snapshots: dict[int, int | None] | None = None,
+                  duration: str = DEFAULT_DURATION):
+    """Lease KV snapshots of a primary-key table's buckets; renews every entry of the lease.
+
+    One row per bucket: status acquired (with the lease's new expiry) or
+    unavailable (the snapshot is not retained any more, e.g. already expired).
+    A leased snapshot survives sys.expire_kv_snapshots, the automatic
+    retention and, through an Iceberg tag on the KV table, an external
+    expire_snapshots, until the lease is released or expires.
+
+    Args:
+      lease_id: the lease (a tiering job uses its persistent job id)
+      table: the primary-key stream table, db.table
+      snapshots: bucket to KV snapshot id, e.g. map(0, 123L, 1, 124L); a NULL id or a NULL map means the newest KV snapshot (for every bucket)
+      duration: how long the whole lease lasts from now, e.g. '6 h'
+    """
+    path = parse_table_path(table, ctx.spark.catalog.currentDatabase())
+    return Leases(ctx.spark).acquire(lease_id, path, snapshots, parse_duration(duration, "duration"), kv.utcnow())
+
+
+@registry.procedure(returns=RESULT_COLUMNS)
+def release_lease(ctx: Context, lease_id: str, table: str, buckets: list[int] | None = None):
+    """Release a lease's entries for one table (all buckets, or the listed ones).
+
+    Returns the released entries (status released). Their snapshots fall back
+    to the normal retention.
+
+    Args:
+      lease_id: the lease
+      table: the primary-key stream table, db.table
+      buckets: only these buckets; NULL for all
+    """
+    path = parse_table_path(table, ctx.spark.catalog.currentDatabase())
+    return Leases(ctx.spark).release(lease_id, path, buckets)
+
+
+@registry.procedure(returns=RESULT_COLUMNS)
+def drop_lease(ctx: Context, lease_id: str):
+    """Drop a lease with all its entries, on every table.
+
+    Args:
+      lease_id: the lease
+    """
+    return Leases(ctx.spark).release(lease_id, None)

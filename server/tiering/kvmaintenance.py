@@ -1,0 +1,85 @@
+"""Periodic KV snapshots, their retention and log retention, in the server.
+
+Every ``tierlake.kv.maintenance-interval`` the server looks at each
+registered table: a primary-key table whose newest KV snapshot (or, before
+its first, its registration) is older than ``kv.snapshot.interval`` gets a
+new snapshot; retention keeps ``kv.snapshot.num-retained`` plus leased ones;
+a table with ``table.log.ttl`` has its log truncated. One table's failure is
+logged and does not stop the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import datetime, timedelta
+from typing import Any
+
+from server.durations import parse_duration
+from server.tablepath import TablePath
+from server.tiering import kv, logretention
+from server.tiering.spec import TieredSpec
+
+log = logging.getLogger("tierlake.kv")
+
+
+def snapshot_interval(props: dict[str, str], config: Any) -> timedelta:
+    raw = props.get(kv.SNAPSHOT_INTERVAL) or (config.get("tierlake.kv.snapshot.interval", "10 min") if config else "10 min")
+    return parse_duration(raw, kv.SNAPSHOT_INTERVAL)
+
+
+def maintain(spark: Any, config: Any, stream: TablePath, registered_at: datetime | None, now: datetime) -> list[str]:
+    """What one table needs now; returns what was done (for logs and tests)."""
+    done = []
+    props = kv.properties(spark, stream)
+    if TieredSpec.from_properties(props).is_primary_key:
+        interval = snapshot_interval(props, config)
+        catalog = kv.KvCatalog(spark)
+        newest = catalog.newest(stream)
+        since = newest.created_at if newest else registered_at
+        if interval.total_seconds() > 0 and since is not None and since + interval <= now:
+            if kv.take_snapshot(spark, stream, catalog)[1]:
+                done.append("snapshot")
+        if catalog.list(stream):
+            expired = [s for s, outcome in kv.expire(spark, stream, kv.num_retained(props, config), now, catalog)
+                       if outcome == "expired"]
+            if expired:
+                done.append(f"expired {len(expired)}")
+    if props.get(logretention.LOG_TTL):
+        if logretention.apply(spark, stream, now).removed_files:
+            done.append("log truncated")
+    return done
+
+
+class KvMaintenance(threading.Thread):
+    def __init__(self, server: Any):
+        super().__init__(name="tierlake-kv-maintenance", daemon=True)
+        self.server = server
+        self.interval = parse_duration(server.config.get("tierlake.kv.maintenance-interval", "1 min"),
+                                       "tierlake.kv.maintenance-interval")
+        self.stop_event = threading.Event()
+
+    def run_once(self) -> dict[str, list[str]]:
+        _, states = self.server.coordinator.load()
+        now = kv.utcnow()
+        out = {}
+        for state in sorted(states.values(), key=lambda s: s.table_id):
+            stream = TablePath(state.database_name, state.table_name)
+            try:
+                if self.server.spark.catalog.tableExists(stream.quoted):
+                    out[str(stream)] = maintain(self.server.spark, self.server.config, stream, state.created_at, now)
+            except Exception:  # noqa: BLE001 - the next table, and the next tick, still run
+                log.warning("KV maintenance of %s failed", stream, exc_info=True)
+        return out
+
+    def run(self) -> None:
+        while not self.stop_event.wait(self.interval.total_seconds()):
+            try:
+                self.run_once()
+            except Exception:  # noqa: BLE001
+                log.exception("KV maintenance tick failed")
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self.is_alive():
+            self.join(timeout=60)

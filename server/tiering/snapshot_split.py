@@ -1,0 +1,166 @@
+"""Snapshot splits (seed 003's TieringSnapshotSplit) and the tiering job's leases.
+
+When a primary-key table's lake table must be (re)built and the changelog no
+longer reaches back to the lake's position (log retention, DESIGN §4), a
+round reads the newest KV snapshot — the state at its log position — into the
+round's branch of the lake table, replacing what was there, then tiers the
+log from that position as usual; ``main`` moves to the branch by the same
+fast-forward, so the rebuild is one atomic lake commit.
+
+Before the split is read, the job leases the snapshot for every bucket under
+its persistent job id (Fluss PR 3286): retention cannot remove it while the
+round reads it. The lease is released when the round finishes or fails;
+a restarted job drops what its previous incarnation held (same id, so no
+orphan lease survives). A server without leases answers "unsupported" and
+the job carries on with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import sql
+from server.exceptions import TieringGuardError, UnknownProcedureError, UnsupportedFeatureError
+from server.session import iceberg_table
+from server.tablepath import TablePath
+from server.tiering import kv, planner
+from server.tiering.spec import TieredSpec
+
+log = logging.getLogger("tierlake.tiering")
+
+MAX_LEASE_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class SnapshotSplit:
+    kv_table: str
+    snapshot_id: int
+    log_position: int
+    stream_snapshot_id: int
+    buckets: int
+
+
+def plan_round(spark: Any, stream: TablePath, lake: TablePath, spec: TieredSpec,
+               exclude: frozenset[int] = frozenset()) -> planner.Plan:
+    """Plan from the lake's position; from the newest KV snapshot when the log does not reach it."""
+    try:
+        return planner.plan_round(spark, stream, lake, spec)
+    except planner.LogTruncatedError as e:
+        if not spec.is_primary_key:
+            raise
+        props = kv.properties(spark, stream)
+        log_start = int(props.get(kv.LOG_START_PROPERTY, "0"))
+        usable = [s for s in kv.KvCatalog(spark).list(stream)
+                  if s.log_position >= log_start and s.snapshot_id not in exclude]
+        if not usable:
+            raise TieringGuardError(
+                f"{e.message}, and no retained KV snapshot of {stream} reaches the remaining log: the lake table "
+                f"cannot be rebuilt (take KV snapshots with CALL sys.kv_snapshot('{stream}') before log retention "
+                "removes the changelog)") from e
+        snap = usable[-1]
+        plan = planner.plan_round(spark, stream, lake, spec, start=snap.log_position)
+        plan.snapshot_split = SnapshotSplit(snap.kv_table, snap.snapshot_id, snap.log_position,
+                                            snap.stream_snapshot_id, spec.buckets)
+        log.info("%s: the log does not reach lake position; rebuilding from KV snapshot %d (log position %d)",
+                 lake, snap.snapshot_id, snap.log_position)
+        return plan
+
+
+def plan_and_lease(spark: Any, leases: "JobLeases", path: str, stream: TablePath, lake: TablePath,
+                   spec: TieredSpec) -> planner.Plan:
+    """Plan the round; lease its snapshot split's snapshot before anything reads it."""
+    exclude: set[int] = set()
+    for _ in range(MAX_LEASE_ATTEMPTS):
+        plan = plan_round(spark, stream, lake, spec, frozenset(exclude))
+        split = plan.snapshot_split
+        if split is None or leases.acquire(path, split):
+            return plan
+        # Expired between planning and the acquire: plan again with a newer one.
+        exclude.add(split.snapshot_id)
+    raise TieringGuardError(f"the KV snapshots of {stream} kept expiring before they could be leased")
+
+
+def write_split(spark: Any, plan: planner.Plan, split: SnapshotSplit, target: list[str],
+                properties: dict[str, str]) -> None:
+    """Replace the branch's rows with the snapshot's, as one commit carrying ``properties``."""
+    from pyspark.sql import functions as F
+
+    from server.tiering.round import columns_of
+
+    kv_path = TablePath(*split.kv_table.split(".", 1))
+    if not spark.catalog.tableExists(kv_path.quoted) or \
+            iceberg_table(spark, kv_path.quoted).snapshot(split.snapshot_id) is None:
+        raise TieringGuardError(
+            f"KV snapshot {split.snapshot_id} of {plan.stream} was expired before the round could read it "
+            "(was its lease lost?); the next round uses a newer snapshot")
+    kv_columns = {f.name.lower() for f in spark.table(kv_path.quoted).schema.fields}
+    frame = spark.read.option("snapshot-id", str(split.snapshot_id)).table(kv_path.quoted)
+    frame = frame.select([
+        F.col(sql.quote_ident(c.name)) if c.name.lower() in kv_columns else F.lit(None).cast(c.type).alias(c.name)
+        for c in columns_of(spark.table(plan.lake.quoted).schema)
+    ])
+    writer = frame.writeTo(sql.quote_table(*target))
+    for key, value in properties.items():
+        writer = writer.option(f"snapshot-property.{key}", value)
+    writer.overwrite(F.lit(True))
+
+
+def _unsupported(error: Exception) -> bool:
+    if isinstance(error, (UnsupportedFeatureError, UnknownProcedureError)):
+        return True
+    text = str(error)
+    return "0A000" in text or "leases are unsupported" in text or "unknown procedure sys.acquire_lease" in text
+
+
+class JobLeases:
+    """The leases of one tiering job: lease id = the persistent job id."""
+
+    def __init__(self, client: Any, job_id: str):
+        self.client, self.lease_id = client, job_id
+        self.supported = True
+        self.held: set[str] = set()
+
+    def _call(self, procedure: str, **arguments: Any) -> list[tuple] | None:
+        if not self.supported:
+            return None
+        try:
+            return self.client.call(procedure, **arguments)
+        except Exception as e:  # noqa: BLE001 - the compatibility rule: an old server is a warning
+            if _unsupported(e):
+                self.supported = False
+                log.warning("the coordinator does not support KV snapshot leases (%s); tiering snapshot splits "
+                            "without them", str(e).splitlines()[0][:300])
+                return None
+            raise
+
+    def acquire(self, path: str, split: SnapshotSplit) -> bool:
+        """Lease the split's snapshot for every bucket; False if it is no longer available."""
+        from procedures.types import SqlMap
+
+        rows = self._call("acquire_lease", lease_id=self.lease_id, table=path,
+                          snapshots=SqlMap({b: split.snapshot_id for b in range(split.buckets)}))
+        if rows is None:
+            return True
+        self.held.add(path)
+        return all(r[3] == "acquired" for r in rows)
+
+    def release(self, path: str) -> None:
+        """Best effort: a lease that cannot be released expires."""
+        if path not in self.held:
+            return
+        try:
+            self._call("release_lease", lease_id=self.lease_id, table=path)
+            self.held.discard(path)
+        except Exception:  # noqa: BLE001
+            log.warning("could not release the KV snapshot lease of %s on %s", self.lease_id, path, exc_info=True)
+
+    def drop_stale(self) -> None:
+        """At start: what a previous incarnation of this job still held (it crashed mid-round)."""
+        try:
+            rows = self._call("drop_lease", lease_id=self.lease_id)
+            if rows:
+                log.info("dropped %d KV snapshot lease entries left by a previous run of job %s", len(rows), self.lease_id)
+        except Exception:  # noqa: BLE001 - the coordinator may be starting; the entries expire
+            log.warning("could not drop stale leases of job %s", self.lease_id, exc_info=True)
