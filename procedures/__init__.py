@@ -6,4 +6,4 @@ built-in ones. User extensions are modules named in the ``tierlake.extensions``
 setting and register the same way.
 """
 
-BUILTIN_MODULES = ["procedures.system", "procedures.tiering", "procedures.tables"]
+BUILTIN_MODULES = ["procedures.system", "procedures.tiering", "procedures.tables", "procedures.quality"]

@@ -30,6 +30,7 @@ DEFAULTS: dict[str, str] = {
     "tierlake.metastore.port": "",
     "tierlake.tiering.poll-interval": "1 s",
     "tierlake.tiering.chunk-rows": "5000000",
+    "tierlake.quality.sample-size": "10",
     "spark.sql.shuffle.partitions": "4",
     "spark.ui.enabled": "false",
 }
