@@ -72,7 +72,7 @@ def tier_now(server, table):
     return nudge(server, table, tiered)
 
 
-def test_a_clean_table_validates_green_and_an_injected_duplicate_key_red(server, workers, hive_cursor, db):
+def test_a_clean_table_validates_green_and_an_injected_duplicate_key_red(server, workers, hive_cursor, db, capfd):
     table = f"{db}.orders"
     create(hive_cursor, table, "order_id BIGINT, amount DOUBLE", **{"primary-key": "order_id"})
     run(hive_cursor, f"INSERT INTO {table} (order_id, amount, _change_type) VALUES (1, 5.0, '+I'), (2, 7.5, '+I'), "
@@ -106,6 +106,8 @@ def test_a_clean_table_validates_green_and_an_injected_duplicate_key_red(server,
     assert all(ok for ok, _ in runs[green[0][0]].values())
     ok, sample = runs[red[0][0]]["expect_column_values_to_be_unique"]
     assert not ok and '"order_id": 2' in sample
+    # GX ran in this process (the gateway's thread) without drawing progress bars on the console.
+    assert "Calculating Metrics" not in capfd.readouterr().err
 
 
 def test_a_log_table_row_count_must_match_what_was_tiered(server, workers, hive_cursor, db):
