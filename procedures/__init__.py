@@ -7,4 +7,4 @@ setting and register the same way.
 """
 
 BUILTIN_MODULES = ["procedures.system", "procedures.tiering", "procedures.tables", "procedures.kv_snapshots",
-                   "procedures.leases"]
+                   "procedures.leases", "procedures.quality"]

@@ -25,6 +25,11 @@ class SqlStruct(dict):
     """A value written as ``named_struct('f', v, ...)`` in a CALL."""
 
 
+class JsonObject(dict):
+    """A JSON object, written in a CALL as a STRING holding JSON or as ``map(...)``
+    (values may be literals, ``array(...)`` or nested ``map(...)``)."""
+
+
 _SCALARS = {
     str: "STRING",
     int: "BIGINT",
@@ -46,6 +51,8 @@ def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
 def sql_type(annotation: Any) -> str:
     """The SQL spelling of a Python annotation, e.g. ``ARRAY<BIGINT>``."""
     annotation, _ = _unwrap_optional(annotation)
+    if annotation is JsonObject:
+        return "JSON"
     if annotation in _SCALARS:
         return _SCALARS[annotation]
     origin = typing.get_origin(annotation)
@@ -89,6 +96,8 @@ def coerce(value: Any, annotation: Any, where: str) -> Any:
     def bad() -> InvalidArgumentError:
         return InvalidArgumentError(f"{where}: expected {sql_type(annotation)}, got {_describe(value)}")
 
+    if annotation is JsonObject:
+        return _json_object(value, where)
     if annotation is bool:
         if isinstance(value, bool):
             return value
@@ -146,3 +155,34 @@ def coerce(value: Any, annotation: Any, where: str) -> Any:
                 raise InvalidArgumentError(f"{where}: missing field {name!r}")
         return annotation(**kwargs)
     raise TypeError(f"unsupported procedure parameter type {annotation!r}")
+
+
+def _plain(value: Any, where: str) -> Any:
+    """CALL literal values as JSON values (DECIMAL literals become numbers)."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() and "." not in str(value) else float(value)
+    if isinstance(value, list):
+        return [_plain(v, where) for v in value]
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise InvalidArgumentError(f"{where}: keys of a JSON object must be strings")
+        return {k: _plain(v, where) for k, v in value.items()}
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    raise InvalidArgumentError(f"{where}: {_describe(value)} is not a JSON value")
+
+
+def _json_object(value: Any, where: str) -> JsonObject:
+    import json
+
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except ValueError as e:
+            raise InvalidArgumentError(f"{where}: not valid JSON ({e})") from None
+        if not isinstance(parsed, dict):
+            raise InvalidArgumentError(f"{where}: expected a JSON object, got {type(parsed).__name__}")
+        return JsonObject(parsed)
+    if isinstance(value, SqlMap):
+        return JsonObject(_plain(dict(value), where))
+    raise InvalidArgumentError(f"{where}: expected a JSON object (a STRING or map(...)), got {_describe(value)}")

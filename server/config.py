@@ -33,6 +33,7 @@ DEFAULTS: dict[str, str] = {
     "tierlake.kv.snapshot.interval": "10 min",
     "tierlake.kv.snapshot.num-retained": "2",
     "tierlake.kv.maintenance-interval": "1 min",
+    "tierlake.quality.sample-size": "10",
     "spark.sql.shuffle.partitions": "4",
     "spark.ui.enabled": "false",
 }

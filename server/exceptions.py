@@ -128,6 +128,21 @@ class TieringGuardError(TierlakeError):
     error_code = 5001
 
 
+class QualityCheckError(TierlakeError):
+    """A write-audit-publish round whose data failed the table's expectations
+    (``table.datalake.quality = block``): nothing was published."""
+
+    sqlstate = "23000"
+    error_code = 5101
+
+
+class MissingDependencyError(TierlakeError):
+    """An optional feature's Python package is not installed (the message says what to install)."""
+
+    sqlstate = "0A000"
+    error_code = 3003
+
+
 class TableExistsError(TierlakeError):
     """CREATE TABLE of a table that exists (without IF NOT EXISTS)."""
 

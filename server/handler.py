@@ -85,11 +85,14 @@ class CallHandler:
         from procedures.tiering import rescheduler
         from server.durations import parse_duration
         from server.statemachine import FRESHNESS_PROPERTY
+        from server.tiering.spec import QUALITY, quality_mode
 
         path, properties = parse_tiering_alter(statement)
         for key in (FRESHNESS_PROPERTY, "table.datalake.tiering.max-round-duration"):
             if key in properties:
                 parse_duration(properties[key], key)
+        if QUALITY in properties:
+            quality_mode(properties[QUALITY])
         ctx = self.context_factory(user)
         ctx.spark.sql(statement)
         rescheduler(ctx, path)

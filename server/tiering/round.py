@@ -18,6 +18,7 @@ from typing import Any, Callable
 import sql
 from server import faults
 from server.exceptions import FencedEpochError, TieringGuardError
+from server.quality.gate import QualityGate
 from server.session import iceberg_table
 from server.tiering.planner import SOURCE_POSITION, SOURCE_SNAPSHOT, Chunk, Plan
 from server.tiering.spec import CHANGE_TYPE, Column, data_columns
@@ -176,6 +177,7 @@ def run_round(
     suffix = uuid.uuid4().hex[:12]
     delta_view, files_view = f"__tierlake_delta_{suffix}", f"__tierlake_files_{suffix}"
     branch_dropped = False
+    gate = QualityGate(spark, plan, table_id, epoch)  # table.datalake.quality (server/quality/gate.py)
     try:
         chunks = plan.chunks(chunk_rows)
         for index, chunk in enumerate(chunks):
@@ -212,6 +214,7 @@ def run_round(
                 write_split(spark, plan, chunk.snapshot, target, properties)
             else:
                 with_commit_properties(spark, properties, lambda: spark.sql(statement))
+            gate.before_publish(branch, chunk)  # block mode: a failing branch is never published
             point("before-commit")
             check_epoch()
             last = index == len(chunks) - 1 or time.monotonic() - started >= max_duration_s
@@ -247,6 +250,7 @@ def run_round(
                 iceberg_table(spark, plan.lake.quoted).manageSnapshots().removeBranch(branch).commit()
             except Exception:  # noqa: BLE001 - a leftover branch is dropped by the next round
                 log.warning("could not drop branch %s of %s", branch, plan.lake, exc_info=True)
+    gate.after_round(result.commits, result.end_position)  # warn mode: validate what was published
     return result
 
 

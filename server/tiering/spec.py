@@ -14,6 +14,8 @@ SEQUENCE_BY = "sequence-by"
 LAKE_PARTITION = "table.datalake.partition"
 MAX_ROUND = "table.datalake.tiering.max-round-duration"
 CHUNK_ROWS = "table.datalake.tiering.chunk-rows"
+QUALITY = "table.datalake.quality"
+QUALITY_MODES = ("off", "warn", "block")
 CHANGE_TYPE = "_change_type"
 CHANGE_TYPES = ("+I", "-U", "+U", "-D")
 DEFAULT_BUCKETS = 4
@@ -34,6 +36,7 @@ class TieredSpec:
     buckets: int = DEFAULT_BUCKETS
     sequence_by: str | None = None
     lake_partition: list[str] = field(default_factory=list)
+    quality: str = "off"
 
     @property
     def is_primary_key(self) -> bool:
@@ -50,7 +53,7 @@ class TieredSpec:
             raise InvalidArgumentError(f"'{BUCKETS}' must be between 1 and 1024, got {buckets}")
         seq = (props.get(SEQUENCE_BY) or "").strip().lower() or None
         partition = [p.strip() for p in _split_transforms(props.get(LAKE_PARTITION) or "") if p.strip()]
-        spec = cls(pk, buckets, seq, partition)
+        spec = cls(pk, buckets, seq, partition, quality_mode(props.get(QUALITY)))
         if columns is not None:
             spec.validate(columns)
         return spec
@@ -74,6 +77,14 @@ class TieredSpec:
                 raise InvalidArgumentError(f"'{LAKE_PARTITION}': {column!r} is not a column of the table")
         if CHANGE_TYPE in names and not self.primary_key:
             raise InvalidArgumentError(f"column {CHANGE_TYPE} is reserved for primary-key tables")
+
+
+def quality_mode(value: str | None) -> str:
+    """The data-quality mode of a table: off (default), warn or block (DESIGN §9)."""
+    mode = (value or "off").strip().lower()
+    if mode not in QUALITY_MODES:
+        raise InvalidArgumentError(f"'{QUALITY}' must be one of {', '.join(QUALITY_MODES)}; got {value!r}")
+    return mode
 
 
 def partition_sql(transform: str) -> str:

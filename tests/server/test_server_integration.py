@@ -9,8 +9,10 @@ from pyhive import exc
 
 pytestmark = pytest.mark.integration
 
-SYS_TABLES = {"schema_version", "tiering_tables", "procedure_catalog", "tiering_jobs", "tiering_round_log"}
-SYS_VIEWS = {"lake_tiering_status", "procedures", "tiering_rounds", "tiering_job_status"}
+SYS_TABLES = {"schema_version", "tiering_tables", "procedure_catalog", "tiering_jobs", "tiering_round_log",
+              "quality_expectations", "quality_results"}
+SYS_VIEWS = {"lake_tiering_status", "procedures", "tiering_rounds", "tiering_job_status", "lake_data_quality",
+             "data_quality_expectations"}
 
 
 def _error(cursor, statement):

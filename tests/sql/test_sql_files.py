@@ -50,6 +50,23 @@ def test_status_view_has_exactly_the_seed_columns():
     ]
 
 
+def test_data_quality_view_has_the_promised_columns():
+    (statement,) = sql.split_statements(sql.read("views/lake_data_quality.sql"))
+    select = sqlglot.parse_one(statement, read="spark").find(exp.Select)
+    columns = [(e.alias, e.this.to.sql("spark")) for e in select.expressions]
+    assert columns == [
+        ("database_name", "STRING"),
+        ("table_name", "STRING"),
+        ("run_id", "STRING"),
+        ("run_time", "TIMESTAMP"),
+        ("expectation", "STRING"),
+        ("success", "BOOLEAN"),
+        ("observed_value", "STRING"),
+        ("unexpected_count", "BIGINT"),
+        ("unexpected_sample", "STRING"),
+    ]
+
+
 def test_views_use_no_python_udfs():
     for path in sql.files("views"):
         for statement in sql.split_statements(path.read_text()):

@@ -1,0 +1,5 @@
+"""Data quality of lake tables (DESIGN §9): a Great Expectations suite per
+table — derived checks plus user expectations — run by ``sys.validate`` and,
+per ``table.datalake.quality``, by tiering rounds (warn: after publishing;
+block: on the round's branch before ``main`` is fast-forwarded to it).
+"""
