@@ -100,15 +100,16 @@ def test_two_tiering_services_on_postgres_tier_exactly_once_through_a_sigkill(po
         for n in range(TABLES):
             assert lake_ids(cur, f"scale_lake.t{n}") == inserted[n], f"t{n}: not exactly once"
 
-        cur.execute("SELECT table_name, job_id, outcome, ended_at FROM sys.tiering_rounds ORDER BY ended_at")
+        cur.execute("SELECT table_name, job_id, outcome, ended_at, error FROM sys.tiering_rounds ORDER BY ended_at")
         rounds = cur.fetchall()
-        finished_by = {job for _, job, outcome, _ in rounds if outcome == "finished"}
+        finished_by = {job for _, job, outcome, _, _ in rounds if outcome == "finished"}
         assert finished_by == {survivor_job, victim_job}, "tables were not spread over both jobs"
-        timed_out = [(t, at) for t, job, outcome, at in rounds if outcome == "timed_out" and job == victim_job]
+        timed_out = [(t, at, err) for t, job, outcome, at, err in rounds if outcome == "timed_out" and job == victim_job]
         assert timed_out, f"no round of the killed job timed out: {rounds}"
-        table, at = timed_out[0]
+        table, at, error = timed_out[0]
+        assert f"tiering job {victim_job} sent no heartbeat" in error
         assert any(t == table and job == survivor_job and outcome == "finished" and later > at
-                   for t, job, outcome, later in rounds), f"{table} did not move to the live job: {rounds}"
+                   for t, job, outcome, later, _ in rounds), f"{table} did not move to the live job: {rounds}"
 
         def settled():
             cur.execute("SELECT table_name, status, last_error FROM sys.lake_tiering_status "
