@@ -63,7 +63,7 @@ def server_info(ctx: Context):
     return [
         ("jdbc_url", server.jdbc_url if server and server.gateway else None),
         ("metastore_uri", server.metastore_uri if server else None),
-        ("metastore_url", db.url.split("?", 1)[0] if db.shared else None),  # parameters may hold a password
+        ("metastore_url", db.display_url if db.shared else None),
         ("warehouse", conf.get("spark.sql.warehouse.dir")),
         ("master", ctx.spark.sparkContext.master),
         ("tiering_workers", str(len(server.workers)) if server else "0"),

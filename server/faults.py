@@ -6,8 +6,7 @@ arms a timer at the point that fires ``ms`` milliseconds later (to die *during*
 the step that follows); ``<point>@<n>`` fires the n-th time this process
 reaches the point (so it can finish rounds before it dies).
 ``TIERLAKE_FAULT_PAUSE=<point>`` blocks at the point until the file named by
-``TIERLAKE_FAULT_RESUME`` exists. Never set in
-production; a no-op when unset.
+``TIERLAKE_FAULT_RESUME`` exists. Never set in production; a no-op when unset.
 """
 
 from __future__ import annotations

@@ -25,8 +25,6 @@ JDO = "spark.hadoop.javax.jdo.option."
 POSTGRES_LOCK_TABLES = "metastore/postgres_lock_tables.sql"
 # Debian's libpostgresql-jdbc-java installs the driver here.
 POSTGRES_JARS = ("/usr/share/java/postgresql.jar",)
-# Any constant shared by every tierlake process: serialises lock-table creation.
-_ADVISORY_LOCK_KEY = 7319_0001
 
 # Tables Hive's TxnDbUtil.prepDb creates; Iceberg's HiveTableOperations takes
 # metastore locks in HIVE_LOCKS, so they must exist before the first commit.
@@ -55,6 +53,11 @@ class MetastoreDb:
     def shared(self) -> bool:
         """Several processes may use it at once (everything but embedded Derby)."""
         return self.kind != "derby"
+
+    @property
+    def display_url(self) -> str:
+        """The URL without its parameters, which may carry a password."""
+        return self.url.split("?", 1)[0]
 
     def spark_settings(self) -> dict[str, str]:
         out = {JDO + "ConnectionURL": self.url, JDO + "ConnectionDriverName": self.driver}
@@ -126,22 +129,24 @@ def _ensure_postgres(spark: Any, db: MetastoreDb) -> None:
     try:
         conn = _connect(spark, db)
     except Exception as e:  # py4j error: say which database, not a Java stack
-        raise MigrationError(f"cannot connect to the metastore database {db.url}: {_java_message(e)}") from e
+        raise MigrationError(
+            f"cannot connect to the metastore database {db.display_url}: {_java_message(e)}") from e
     try:
         conn.setAutoCommit(False)
         stmt = conn.createStatement()
-        # PostgreSQL's DDL is transactional: the set appears whole or not at all.
-        stmt.execute(f"SELECT pg_advisory_xact_lock({_ADVISORY_LOCK_KEY})")
+        # One transaction (PostgreSQL's DDL is transactional): the set
+        # appears whole or not at all; the script's advisory lock makes
+        # processes starting together wait for each other.
         for statement in statements:
             stmt.execute(statement)
         conn.commit()
         stmt.close()
     except Exception as e:  # noqa: BLE001
         conn.rollback()
-        raise MigrationError(f"cannot create the Hive lock tables in {db.url}: {_java_message(e)}") from e
+        raise MigrationError(f"cannot create the Hive lock tables in {db.display_url}: {_java_message(e)}") from e
     finally:
         conn.close()
-    log.info("Hive lock tables present in %s", db.url)
+    log.info("Hive lock tables present in %s", db.display_url)
 
 
 def _ensure_derby(spark: Any, db: MetastoreDb) -> None:

@@ -4,8 +4,11 @@
 -- "for bit data"); this is the same set with PostgreSQL types, as in Hive's
 -- hive-txn-schema-2.3.0.postgres.sql. Names are unquoted, like the queries of
 -- Hive's TxnHandler, so both fold to lower case. Every statement is
--- idempotent; the caller runs the script in one transaction under an
--- advisory lock, so processes starting together create the set once.
+-- idempotent; the caller runs the script in one transaction, and the
+-- advisory lock (any constant, the same in every tierlake process) makes
+-- processes starting together create the set once.
+SELECT pg_advisory_xact_lock(73190001);
+
 CREATE TABLE IF NOT EXISTS TXNS (
   TXN_ID bigint PRIMARY KEY,
   TXN_STATE char(1) NOT NULL,

@@ -59,7 +59,8 @@ def test_postgres_lock_script_creates_every_lock_table_idempotently():
     statements = sql.split_statements(text)
     created = {s.split("IF NOT EXISTS", 1)[1].split()[0].upper() for s in statements if s.startswith("CREATE TABLE")}
     assert created == set(LOCK_TABLES)
-    for s in statements:
+    assert statements[0].startswith("SELECT pg_advisory_xact_lock(")  # before any DDL
+    for s in statements[1:]:
         assert "IF NOT EXISTS" in s or s.startswith("INSERT INTO") and "WHERE NOT EXISTS" in s, s
     assert "for bit data" not in text.lower()  # Derby only
 
