@@ -17,7 +17,7 @@ def pytest_collection_modifyitems(items):
     # A test that uses the server (or anything that starts a JVM) is an
     # integration test, whatever its module says.
     for item in items:
-        if {"server", "spark", "beeline"} & set(getattr(item, "fixturenames", ())):
+        if {"server", "spark", "beeline", "postgres"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
 
 
