@@ -49,16 +49,21 @@ def describe_procedure(ctx: Context, name: str):
 
 @registry.procedure(returns=[("key", "string"), ("value", "string")], read_only=True)
 def server_info(ctx: Context):
-    """Where this server's pieces are: JDBC URL, metastore service, warehouse, workers.
+    """Where this server's pieces are: JDBC URL, metastore, warehouse, workers.
 
-    tierlake tiering-service processes read the metastore URI and the
-    warehouse from here.
+    tierlake tiering-service processes read the metastore (the Thrift
+    service's URI, or the shared database's JDBC URL, never its credentials)
+    and the warehouse from here.
     """
+    from server.metastore import metastore_db
+
     server = ctx.extras.get("server")
     conf = ctx.spark.sparkContext.getConf()
+    db = metastore_db(ctx.config)
     return [
         ("jdbc_url", server.jdbc_url if server and server.gateway else None),
         ("metastore_uri", server.metastore_uri if server else None),
+        ("metastore_url", db.display_url if db.shared else None),
         ("warehouse", conf.get("spark.sql.warehouse.dir")),
         ("master", ctx.spark.sparkContext.master),
         ("tiering_workers", str(len(server.workers)) if server else "0"),

@@ -11,6 +11,7 @@ import fcntl
 import logging
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +19,9 @@ from server.config import Config
 from server.exceptions import HomeInUseError, MigrationError
 from server.jars import resolve_iceberg_jars
 from server.logsetup import log4j2_config
+from server.metastore import derby_url, ensure_lock_tables, metastore_db  # noqa: F401 - derby_url: re-export
 
 log = logging.getLogger("tierlake.session")
-
-# Tables Hive's TxnDbUtil.prepDb creates; Iceberg's HiveTableOperations takes
-# metastore locks in HIVE_LOCKS, so they must exist before the first commit.
-LOCK_TABLES = (
-    "TXNS", "TXN_COMPONENTS", "COMPLETED_TXN_COMPONENTS", "NEXT_TXN_ID",
-    "HIVE_LOCKS", "NEXT_LOCK_ID", "COMPACTION_QUEUE", "NEXT_COMPACTION_QUEUE_ID",
-    "COMPLETED_COMPACTIONS", "AUX_TABLE", "WRITE_SET",
-)
 
 
 class HomeLock:
@@ -72,10 +66,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def derby_url(config: Config) -> str:
-    return f"jdbc:derby:;databaseName={config.metastore_dir.as_posix()};create=true"
-
-
 def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
     """Every Spark setting of the server, user settings last (they win)."""
     home = config.home
@@ -91,7 +81,6 @@ def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
         "spark.sql.catalogImplementation": "hive",
         "spark.sql.warehouse.dir": config.warehouse_dir.as_uri(),
         "spark.hadoop.hive.metastore.warehouse.dir": config.warehouse_dir.as_uri(),
-        "spark.hadoop.javax.jdo.option.ConnectionURL": derby_url(config),
         "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
         "spark.hadoop.hive.metastore.schema.verification": "false",
         # The internal Spark Thrift Server: loopback only, no SASL; the
@@ -112,13 +101,21 @@ def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
         f"-Dderby.system.home={home.as_posix()}",
         f"-Dderby.stream.error.file={(config.logs_dir / 'derby.log').as_posix()}",
     ]
+    db = metastore_db(config)
+    settings.update(db.spark_settings())
     user = config.spark_conf()
+    # The metastore's JDBC driver is needed by the driver JVM only (Hive's
+    # metastore code runs there), and before any SQL: the class path.
+    classpath = list(db.jars)
     if "spark.jars.packages" not in user:
         jars = resolve_iceberg_jars(home, os.environ.get("TIERLAKE_ICEBERG_JARS"))
         # Both: spark.jars alone is not seen by the Thrift Server's handler
         # threads (DATA_SOURCE_NOT_FOUND: iceberg), the driver classpath is.
+        # Executors (spark://, YARN, K8s) fetch spark.jars from the driver.
         settings["spark.jars"] = ",".join(str(j) for j in jars)
-        settings["spark.driver.extraClassPath"] = os.pathsep.join(str(j) for j in jars)
+        classpath += [str(j) for j in jars]
+    if classpath:
+        settings["spark.driver.extraClassPath"] = os.pathsep.join(classpath)
     extra = user.pop("spark.driver.extraJavaOptions", "")
     settings["spark.driver.extraJavaOptions"] = " ".join(java_opts + ([extra] if extra else []))
     settings.update(user)
@@ -129,11 +126,15 @@ def build_spark(config: Config, thrift_port: int, owns_metastore: bool = True) -
     """Create the SparkSession (the JVM starts here).
 
     ``owns_metastore``: this process's metastore is the embedded Derby one
-    (the server); tiering-service processes use the server's instead.
+    (the server); tiering-service processes use the server's (through its
+    metastore service) or the shared PostgreSQL one instead.
     """
     from pyspark.sql import SparkSession
 
     config.home.mkdir(parents=True, exist_ok=True)
+    # Executors of a cluster master start Python workers with this
+    # interpreter; the default "python3" may lack pyspark.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(config.get("tierlake.master", "local[*]"))
     for key, value in spark_settings(config, thrift_port).items():
         builder = builder.config(key, value)
@@ -141,46 +142,12 @@ def build_spark(config: Config, thrift_port: int, owns_metastore: bool = True) -
     log.info("SparkSession started: Spark %s, master %s", spark.version, spark.sparkContext.master)
     # Opening the metastore creates its Derby schema on first start.
     spark.sql("SHOW DATABASES").collect()
-    if owns_metastore:
-        ensure_lock_tables(spark, config)
+    db = metastore_db(config)
+    # A shared database is prepared by whichever process comes first
+    # (idempotent, under a lock); embedded Derby only by its owner.
+    if owns_metastore or db.shared:
+        ensure_lock_tables(spark, db)
     return spark
-
-
-def ensure_lock_tables(spark: Any, config: Config) -> None:
-    """Create Hive's transaction/lock tables if missing (TxnDbUtil.prepDb).
-
-    prepDb is not idempotent ("Table/View 'TXNS' already exists"), so it runs
-    only when tables are missing. A half-created set (a crash during the very
-    first start) is dropped and created again: nothing can have used it.
-    """
-    jvm = spark.sparkContext._jvm
-    hconf = jvm.org.apache.hadoop.hive.conf.HiveConf(
-        spark.sparkContext._jsc.hadoopConfiguration(),
-        jvm.java.lang.Class.forName("org.apache.hadoop.hive.conf.HiveConf"),
-    )
-    hconf.set("javax.jdo.option.ConnectionURL", derby_url(config))
-    conn = jvm.java.sql.DriverManager.getConnection(derby_url(config))
-    try:
-        present = set()
-        rs = conn.getMetaData().getTables(None, None, None, None)
-        while rs.next():
-            present.add(rs.getString("TABLE_NAME").upper())
-        rs.close()
-        existing = [t for t in LOCK_TABLES if t in present]
-        if len(existing) == len(LOCK_TABLES):
-            return
-        stmt = conn.createStatement()
-        for table in existing:
-            log.warning("dropping half-created Hive lock table %s", table)
-            stmt.execute(f'DROP TABLE "{table}"')
-        stmt.close()
-    finally:
-        conn.close()
-    try:
-        jvm.org.apache.hadoop.hive.metastore.txn.TxnDbUtil.prepDb(hconf)
-    except Exception as e:  # py4j error: surface as a startup failure
-        raise MigrationError(f"cannot create the Hive lock tables: {e}") from e
-    log.info("created the Hive metastore lock tables")
 
 
 def start_thrift_server(spark: Any) -> Any:
@@ -219,7 +186,7 @@ def start_metastore_service(spark: Any, config: Config, port: int) -> int:
         spark.sparkContext._jsc.hadoopConfiguration(),
         jvm.java.lang.Class.forName("org.apache.hadoop.hive.conf.HiveConf"),
     )
-    hconf.set("javax.jdo.option.ConnectionURL", derby_url(config))
+    metastore_db(config).hive_conf(hconf)
     hconf.set("hive.metastore.thrift.bind.host", "127.0.0.1")
     bridge = jvm.org.apache.hadoop.hive.shims.ShimLoader.getHadoopThriftAuthBridge()
 

@@ -17,7 +17,7 @@ def pytest_collection_modifyitems(items):
     # A test that uses the server (or anything that starts a JVM) is an
     # integration test, whatever its module says.
     for item in items:
-        if {"server", "spark", "beeline"} & set(getattr(item, "fixturenames", ())):
+        if {"server", "spark", "beeline", "postgres"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
 
 
@@ -122,6 +122,51 @@ def start_server_process(home, port: int, conf: list[str], workers: int = 0, fau
     line = proc.stdout.readline()
     assert line.startswith("tierlake ready:"), (line, proc.stderr.read() if proc.poll() is not None else "")
     return proc
+
+
+def start_service_process(home, url: str, conf: list[str], workers: int = 1, fault: str | None = None):
+    """``tierlake tiering-service`` in a subprocess, returned with its job ids
+    once it printed its ready line; ``fault`` sets TIERLAKE_FAULT."""
+    args = tierlake_command() + ["tiering-service", "--url", url, "--home", str(home), "--workers", str(workers)]
+    for c in conf:
+        args += ["--conf", c]
+    env = subprocess_env(**({"TIERLAKE_FAULT": fault} if fault else {}))
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return proc
+
+
+def service_ready(proc) -> list[str]:
+    """Wait for a service's ready line; its job ids."""
+    line = proc.stdout.readline()
+    assert line.startswith("tierlake tiering-service ready:"), (line, proc.stderr.read() if proc.poll() is not None else "")
+    return line.split("jobs ", 1)[1].split(" -> ")[0].split(", ")
+
+
+def stop_process(proc, timeout: float = 120) -> int | None:
+    """SIGTERM, then SIGKILL if it does not stop in time; its exit status."""
+    import signal
+
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return proc.wait()
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """One throwaway PostgreSQL on loopback for the test session
+    (tests/postgres.py); each test creates its own database in it."""
+    from tests.postgres import LocalPostgres, unavailable
+
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    pg = LocalPostgres(free_port()).start()
+    yield pg
+    pg.stop()
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

@@ -1,8 +1,9 @@
 """``tierlake tiering-service``: extra tiering capacity as its own Spark app.
 
 It talks to the coordinator only through procedures over JDBC, and reaches
-the catalog through the server's metastore service (or a shared PostgreSQL
-metastore configured with ``--conf``).
+the catalog either directly in the shared PostgreSQL metastore
+(``tierlake.metastore.url``, like the server) or through the server's
+metastore service (``tierlake.metastore.port`` on the server).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from server.config import Config
 from server.exceptions import ConfigError
+from server.metastore import metastore_db
 from server.session import HomeLock, build_spark, free_port
 from server.tiering.client import JdbcClient
 from server.tiering.worker import Worker, persistent_job_id
@@ -32,7 +34,14 @@ class TieringService:
         self.lock.acquire()
         try:
             info = dict(self.client.call("server_info"))
-            if METASTORE_URIS not in self.config.values:
+            if METASTORE_URIS not in self.config.values and not metastore_db(self.config).shared:
+                if info.get("metastore_url"):
+                    # The password is this process's own setting: never sent by the server.
+                    raise ConfigError(
+                        f"the server at {self.url} uses the shared metastore {info['metastore_url']}: "
+                        f"start this service with --conf tierlake.metastore.url={info['metastore_url']} "
+                        "(and tierlake.metastore.user / tierlake.metastore.password)"
+                    )
                 if not info.get("metastore_uri"):
                     raise ConfigError(
                         f"the server at {self.url} does not share its metastore: start it with "
