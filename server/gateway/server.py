@@ -11,7 +11,6 @@ decoded.
 from __future__ import annotations
 
 import logging
-import re
 import socket
 import ssl
 import threading
@@ -22,7 +21,7 @@ from typing import Callable, Dict, Optional
 
 from thrift.Thrift import TMessageType
 
-from server.exceptions import AuthenticationError, TierlakeError
+from server.exceptions import TierlakeError
 from TCLIService import TCLIService, ttypes
 
 from .protocol import (DEFAULT_MAX_MESSAGE, LocalResult, MessageReader, RawMessage, SessionInfo,
@@ -31,6 +30,7 @@ from .protocol import (DEFAULT_MAX_MESSAGE, LocalResult, MessageReader, RawMessa
 from .operations import OperationControl, running
 from .results import build_row_set, empty_log_row_set, parse_columns, table_schema
 from .sasl import Authenticator, NotSaslClient, SaslError, SaslServerTransport
+from .security import TlsError, refuse_nosasl, start_tls, use_target
 
 log = logging.getLogger("tierlake.gateway")
 
@@ -45,21 +45,10 @@ ASYNC_GRACE_S = 1.0
 # GetOperationStatus on a running local statement waits this long for it to
 # end (long polling, as Spark's Thrift Server does).
 STATUS_LONG_POLL_S = 1.0
-# A NOSASL client refused by a SASL gateway sends an OpenSession first; it is
-# read (up to this size) only to answer it with an error.
-REFUSED_MESSAGE_LIMIT = 64 * 1024
-_USE = re.compile(r"^\s*USE\s+(?:NAMESPACE\s+|DATABASE\s+|SCHEMA\s+)?(?:`?spark_catalog`?\.)?`?(\w+)`?\s*;?\s*$",
-                  re.IGNORECASE)
-NOSASL_REFUSED = ("Authentication required: this gateway accepts SASL PLAIN logins only; connect without "
-                  "auth=noSasl (Hive JDBC) or with auth='CUSTOM' and a password (PyHive)")
 
 
 class _BackendError(Exception):
     """The link to the internal STS failed; the client connection must go."""
-
-
-class _TlsError(Exception):
-    """The TLS handshake with the client failed."""
 
 
 def _describe(exc: BaseException) -> str:
@@ -126,7 +115,7 @@ class _Connection:
             self._serve()
         except SaslError as exc:
             log.warning("SASL negotiation with %s failed: %s", self.address, exc)
-        except _TlsError as exc:
+        except TlsError as exc:
             log.warning("TLS handshake with %s failed: %s", self.address, exc)
         except _BackendError as exc:
             if not self._closing:
@@ -147,7 +136,7 @@ class _Connection:
         gw = self.gateway
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if gw.ssl_context is not None:
-            self._start_tls()
+            self.sock = start_tls(self.sock, gw.ssl_context, gw.handshake_timeout)
         self.sock.settimeout(None)
         if gw.auth == "PLAIN":
             transport = SaslServerTransport(self.sock, gw.authenticator, gw.max_message_size,
@@ -156,7 +145,10 @@ class _Connection:
             try:
                 self.user = transport.handshake()
             except NotSaslClient as exc:
-                self._refuse_nosasl(exc.prefix)
+                try:
+                    refuse_nosasl(self.sock, exc.prefix, gw.handshake_timeout)
+                except Exception as refusal:  # garbage that merely starts like Thrift
+                    log.debug("cannot answer the NOSASL client %s: %s", self.address, _describe(refusal))
                 raise
         else:
             self.client = SocketTransport(self.sock)
@@ -175,33 +167,6 @@ class _Connection:
         self._backend_reader = MessageReader(self.backend, gw.max_message_size)
         self._client_reader = MessageReader(self.client, gw.max_message_size)
         log.debug("connection from %s (user %r) ready", self.address, self.user)
-
-    def _start_tls(self) -> None:
-        # In the connection's thread, with a deadline: a client that never
-        # finishes its handshake costs only its own connection.
-        self.sock.settimeout(self.gateway.handshake_timeout)
-        try:
-            self.sock = self.gateway.ssl_context.wrap_socket(self.sock, server_side=True)
-        except (ssl.SSLError, OSError) as exc:
-            raise _TlsError(_describe(exc)) from None
-
-    def _refuse_nosasl(self, prefix: bytes) -> None:
-        """Answer a NOSASL client's first message with a SQL error it can read
-        (a SASL error frame would be garbage to it)."""
-        plain = SocketTransport(self.sock)
-        plain._rbuf = prefix
-        try:
-            self.sock.settimeout(self.gateway.handshake_timeout)
-            msg = MessageReader(plain, REFUSED_MESSAGE_LIMIT).read()
-            if msg is None or msg.mtype != TMessageType.CALL:
-                return
-            if not hasattr(ttypes, "T%sResp" % msg.name):
-                return
-            error = AuthenticationError(NOSASL_REFUSED)
-            plain.write(self._error_reply(msg, error.message, error.sqlstate, error.error_code))
-            plain.flush()
-        except Exception as exc:  # garbage that merely starts like Thrift
-            log.debug("cannot answer the NOSASL client %s: %s", self.address, _describe(exc))
 
     def _serve(self) -> None:
         while True:
@@ -360,9 +325,9 @@ class _Connection:
             except Exception as exc:
                 log.exception("authorizer failed for %r", statement[:200])
                 return self._error_reply(msg, "Internal error: %s" % _describe(exc))
-        use = _USE.match(statement)
-        if use is not None:
-            return self._relay_use(msg, session, use.group(1).lower())
+        database = use_target(statement)
+        if database is not None:
+            return self._relay_use(msg, session, database)
         try:
             wanted = self.gateway.handler.wants(statement)
         except Exception as exc:
