@@ -6,7 +6,9 @@ did before roles existed). With ``tierlake.gateway.password-file`` set, logins
 are checked against it and each statement needs a role (procedures/roles.py):
 
 - ``CALL sys.<name>``: the role in :data:`procedures.roles.PROCEDURE_ROLES`;
-- queries (SELECT, VALUES, SHOW, DESCRIBE, EXPLAIN, USE, SET, CACHE): ``reader``;
+- queries (SELECT, VALUES, SHOW, DESCRIBE, EXPLAIN, USE, CACHE) and session
+  settings (``SET spark.sql.…=…`` except catalogs, extensions and other
+  class-loading keys; ``RESET``): ``reader``;
 - INSERT, MERGE, UPDATE, DELETE into a table outside ``sys``: ``writer``;
 - anything else (DDL, writes to ``sys`` or to directories, ADD JAR, Iceberg's
   own ``CALL`` procedures, calls of ``reflect``/``java_method``, queries of
@@ -18,6 +20,7 @@ Classification fails closed: a statement that does not parse needs ``admin``.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +43,13 @@ JVM_FUNCTIONS = frozenset({"reflect", "java_method", "try_reflect"})
 # `format`.`path` in FROM reads files of the server's file system directly.
 FILE_SOURCES = frozenset({"csv", "json", "text", "parquet", "orc", "avro", "binaryfile", "libsvm",
                           "iceberg", "delta", "hive", "jdbc"})
+# SET key=value is a reader's for session settings of Spark SQL, except those
+# that load classes or reach outside the session.
+_SET_ASSIGN = re.compile(r"^\s*SET\s+(?P<key>[^=]+?)\s*=", re.IGNORECASE | re.DOTALL)
+_RESET = re.compile(r"^\s*RESET\b", re.IGNORECASE)
+SESSION_CONF_PREFIX = "spark.sql."
+PROTECTED_CONF = ("spark.sql.catalog", "spark.sql.extensions", "spark.sql.warehouse", "spark.sql.hive.metastore",
+                  "spark.sql.sources.", "spark.sql.queryexecutionlisteners", "spark.sql.streaming")
 READ_COMMANDS = frozenset({"SHOW", "DESCRIBE", "DESC", "EXPLAIN", "USE", "SET", "RESET"})
 _READ_NODES = (exp.Select, exp.SetOperation, exp.Subquery, exp.Values, exp.Describe, exp.Use,
                exp.Set, exp.Cache, exp.Uncache)
@@ -108,6 +118,14 @@ def classify(statement: str, current_database: str | None = None, registry: Any 
         return Requirement(R.procedure_role(name), f"CALL sys.{name}")
     if _calls_jvm(statement):
         return Requirement(R.ADMIN, "reflect/java_method")
+    assignment = _SET_ASSIGN.match(statement)
+    if assignment is not None:
+        key = assignment.group("key").strip().strip("`").lower()
+        if key.startswith(SESSION_CONF_PREFIX) and not key.startswith(PROTECTED_CONF):
+            return Requirement(R.READER, "SET")
+        return Requirement(R.ADMIN, f"SET {key}")
+    if _RESET.match(statement):
+        return Requirement(R.READER, "RESET")
     try:
         trees = [t for t in sqlglot.parse(statement, read=DIALECT) if t is not None]
     except (ParseError, TokenError, RecursionError, Exception):  # noqa: BLE001 - fails closed below
