@@ -30,6 +30,9 @@ from server.exceptions import ConfigError
 
 USER_NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,128}$")
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 16384, 8, 1
+# Each check takes ~16 MB and ~50 ms of one core: unauthenticated clients
+# opening many connections at once must queue, not exhaust memory.
+CONCURRENT_CHECKS = 4
 _B64 = base64.b64encode
 
 
@@ -105,6 +108,7 @@ class PasswordFile:
         self._lock = threading.Lock()
         self._stamp: tuple | None = None
         self._users: dict[str, User] = {}
+        self._checks = threading.BoundedSemaphore(CONCURRENT_CHECKS)
         self.users()  # a missing or broken file fails at start, not at the first login
 
     def users(self) -> dict[str, User]:
@@ -121,11 +125,12 @@ class PasswordFile:
 
     def authenticate(self, user: str, password: str) -> bool:
         entry = self.users().get(user)
-        if entry is None:
-            # Same cost as a real check: response times do not reveal which users exist.
-            verify_password(password, _DUMMY_HASH)
-            return False
-        return verify_password(password, entry.password_hash)
+        with self._checks:
+            if entry is None:
+                # Same cost as a real check: response times do not reveal which users exist.
+                verify_password(password, _DUMMY_HASH)
+                return False
+            return verify_password(password, entry.password_hash)
 
     def roles(self, user: str | None) -> frozenset[str]:
         entry = self.users().get(user or "")
