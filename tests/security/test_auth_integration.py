@@ -155,3 +155,27 @@ def test_beeline_over_tls_with_a_trust_store(tls_gateway, tls_files):
     ok, text = beeline(tls_gateway.port, "ann", "ann-pw", "SELECT 'over-' || 'tls' AS t;",
                        f";ssl=true;sslTrustStore={store};trustStorePassword=changeit")
     assert ok.returncode == 0 and "over-tls" in text, text
+
+
+def test_tierlake_tiering_service_logs_in_with_its_password(auth_gateway, tmp_path):
+    """The CLI's password sources, as far as its first call (server_info):
+    the shared server has no metastore service, which the service then
+    reports -- after a successful login."""
+    from tests.conftest import subprocess_env, tierlake_command
+
+    url = f"jdbc:hive2://127.0.0.1:{auth_gateway.port}/default"
+    secret = tmp_path / "ts-password"
+    secret.write_text("ts-pw\n")
+
+    def service(*extra, **env):
+        return subprocess.run(tierlake_command() + ["tiering-service", "--url", url, "--user", "ts",
+                                                    "--home", str(tmp_path / "svc"), *extra],
+                              capture_output=True, text=True, timeout=120,
+                              env={**subprocess_env(**env), **({} if "TIERLAKE_PASSWORD" in env else
+                                                               {"TIERLAKE_PASSWORD": ""})})
+
+    for run in (service(TIERLAKE_PASSWORD="ts-pw"),
+                service("--conf", f"tierlake.client.password-file={secret}")):
+        assert run.returncode == 2 and "does not share its metastore" in run.stderr, run.stderr
+    wrong = service("--password", "nope")
+    assert wrong.returncode == 1 and "Error validating the login" in wrong.stderr, wrong.stderr
