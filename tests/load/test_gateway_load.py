@@ -4,6 +4,7 @@ the bench's: bench/gateway_load.py, recorded in bench/RESULTS.md)."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -29,6 +30,15 @@ def tiering_workers(server):
         w.join(timeout=120)
 
 
+def rounds_and_statuses(cursor, database):
+    cursor.execute("SELECT table_name, outcome, error FROM sys.tiering_rounds WHERE database_name = %(db)s",
+                   {"db": database})
+    rounds = cursor.fetchall()
+    cursor.execute("SELECT table_name, status, last_error FROM sys.lake_tiering_status WHERE database_name = %(db)s",
+                   {"db": database})
+    return rounds, cursor.fetchall()
+
+
 def test_32_clients_on_status_views_while_4_tables_tier(server, tiering_workers):
     port = server.gateway.port
     admin = hive.connect("127.0.0.1", port, username="load-admin").cursor()
@@ -38,20 +48,23 @@ def test_32_clients_on_status_views_while_4_tables_tier(server, tiering_workers)
     feeder.start()
     try:
         result = run_clients(lambda n: hive.connect("127.0.0.1", port, username=f"client{n}"), CLIENTS, STATEMENTS)
+        during = rounds_and_statuses(admin, database)
     finally:
         feeder.stop()
     assert result.failures == []
     assert result.statements == CLIENTS * STATEMENTS
-    # The tables really were being tiered meanwhile.
-    admin.execute("SELECT table_name, outcome, error FROM sys.tiering_rounds WHERE database_name = %(db)s",
-                  {"db": database})
-    rounds = admin.fetchall()
-    admin.execute("SELECT table_name, status, last_error FROM sys.lake_tiering_status WHERE database_name = %(db)s",
-                  {"db": database})
-    statuses = admin.fetchall()
-    # (Under heavy contention a round may time out; it still began.)
-    begun = {r[0] for r in rounds} | {s[0] for s in statuses if s[1] == "Tiering"}
-    assert begun == {t.split(".")[1] for t in tables}, (rounds, statuses, result.summary())
+    # Tiering went on during the load ...
+    assert during[0] or any(s[1] == "Tiering" for s in during[1]), (during, result.summary())
+    # ... and every table gets tiered (how soon depends on the machine: bounded wait, no timing assertion).
+    expected = {t.split(".")[1] for t in tables}
+    deadline = time.monotonic() + 300
+    while True:
+        rounds, statuses = rounds_and_statuses(admin, database)
+        finished = {r[0] for r in rounds if r[1].endswith("finished")}
+        if finished == expected or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert finished == expected, (rounds, statuses)
     for table in tables:
         admin.execute(f"CALL sys.disable_tiering('{table}')")
     admin.execute(f"DROP DATABASE {database} CASCADE")
