@@ -12,7 +12,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 import sql
-from server.cli import parse_jdbc_url
 
 T_CALL = "templates/call.sql.j2"
 
@@ -62,13 +61,11 @@ class Admin:
         return cls(run)
 
     @classmethod
-    def connect(cls, url: str, user: str | None = None, password: str | None = None) -> "Admin":
-        from pyhive import hive
+    def connect(cls, url: str, user: str | None = None, password: str | None = None,
+                ca_file: str | None = None) -> "Admin":
+        from server.jdbc import connect
 
-        host, port, database, options = parse_jdbc_url(url)
-        auth = "NOSASL" if options.get("auth", "").lower() == "nosasl" else "CUSTOM" if password else "NONE"
-        conn = hive.connect(host=host, port=port, database=database, username=user or "admin",
-                            password=password, auth=auth)
+        conn = connect(url, user or "admin", password, ca_file)
 
         def run(name: str, kwargs: dict[str, Any]) -> list[tuple]:
             cursor = conn.cursor()

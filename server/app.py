@@ -20,6 +20,47 @@ from server.session import HomeLock, build_spark, free_port, start_metastore_ser
 log = logging.getLogger("tierlake.server")
 
 
+def gateway_from_config(config: Config, handler: Any, backend_port: int, registry: Any = None):
+    """The gateway as configured: auth mode, password file (roles), TLS."""
+    import ipaddress
+    import ssl
+
+    from server.authz import Authorizer
+    from server.gateway.server import Gateway
+    from server.passwords import PasswordFile
+
+    host = config.get("tierlake.gateway.host")
+    password_file = (config.get("tierlake.gateway.password-file") or "").strip()
+    auth = (config.get("tierlake.gateway.auth") or "PLAIN").upper()
+    if password_file and auth == "NOSASL":
+        raise ConfigError("tierlake.gateway.auth=NOSASL cannot check passwords; "
+                          "use PLAIN with tierlake.gateway.password-file")
+    authorizer = Authorizer(PasswordFile(password_file) if password_file else None, registry)
+    if not password_file:
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = host == "localhost"
+        if not loopback:
+            log.warning("development mode (no tierlake.gateway.password-file) on %s: anyone who can reach "
+                        "the gateway may do everything", host)
+    context = None
+    certfile = (config.get("tierlake.gateway.ssl.certfile") or "").strip()
+    if certfile:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            context.load_cert_chain(certfile, (config.get("tierlake.gateway.ssl.keyfile") or "").strip() or None)
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(f"cannot load the gateway's TLS certificate {certfile}: {e}") from None
+    try:
+        return Gateway(host=host, port=config.get_int("tierlake.gateway.port"), backend_host="127.0.0.1",
+                       backend_port=backend_port, handler=handler, auth=auth, authorizer=authorizer,
+                       ssl_context=context)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
 def load_extensions(config: Config) -> list[str]:
     """Import the modules named in ``tierlake.extensions`` (comma-separated)."""
     names = [n.strip() for n in (config.get("tierlake.extensions") or "").split(",") if n.strip()]
@@ -51,7 +92,8 @@ class Server:
     # The JDBC URL clients use.
     @property
     def jdbc_url(self) -> str:
-        return f"jdbc:hive2://{self.config.get('tierlake.gateway.host')}:{self.gateway.port}/default"
+        tls = ";ssl=true" if self.gateway.ssl_context is not None else ""
+        return f"jdbc:hive2://{self.config.get('tierlake.gateway.host')}:{self.gateway.port}/default{tls}"
 
     def context(self, user: str | None = None) -> Context:
         return Context(spark=self.spark, config=self.config, user=user, extras={"server": self})
@@ -63,6 +105,9 @@ class Server:
             load_builtins()
             load_extensions(self.config)
             self.thrift_port = self.config.get_int("tierlake.thrift.internal-port", 0) or free_port()
+            # Built (not started) before Spark: a bad password file or certificate fails fast.
+            self.gateway = gateway_from_config(self.config, CallHandler(self.registry, self.context),
+                                               self.thrift_port, self.registry)
             self.spark = build_spark(self.config, self.thrift_port)
             applied = migrations.migrate(self.spark)
             views = migrations.create_views(self.spark)
@@ -104,17 +149,6 @@ class Server:
                         outcome["database_name"], outcome["table_name"], outcome["ctas_id"], outcome["state"])
 
     def _start_gateway(self) -> None:
-        from server.gateway.server import Gateway
-
-        handler = CallHandler(self.registry, self.context)
-        self.gateway = Gateway(
-            host=self.config.get("tierlake.gateway.host"),
-            port=self.config.get_int("tierlake.gateway.port"),
-            backend_host="127.0.0.1",
-            backend_port=self.thrift_port,
-            handler=handler,
-            auth=(self.config.get("tierlake.gateway.auth") or "PLAIN").upper(),
-        )
         self.gateway.start()
 
     def _stop_workers(self) -> None:

@@ -7,9 +7,8 @@ import os
 import signal
 import sys
 import threading
-from urllib.parse import urlparse
-
 from server.exceptions import TierlakeError
+from server.jdbc import parse_jdbc_url  # noqa: F401 - part of the CLI module's API
 
 
 def _server(args: argparse.Namespace) -> int:
@@ -63,7 +62,11 @@ def _tiering_service(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    service = TieringService(config, args.url, args.user, args.password)
+    from server.jdbc import resolve_password
+
+    password = resolve_password(args.password, config.get("tierlake.client.password-file"))
+    service = TieringService(config, args.url, args.user, password,
+                             ca_file=args.ca_file or config.get("tierlake.client.ssl.ca-file") or None)
     try:
         service.start(args.workers)
     except TierlakeError as e:
@@ -79,27 +82,49 @@ def _tiering_service(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_jdbc_url(url: str) -> tuple[str, int, str, dict[str, str]]:
-    if not url.startswith("jdbc:hive2://"):
-        raise TierlakeError(f"expected a jdbc:hive2:// URL, got {url!r}")
-    parsed = urlparse(url[len("jdbc:"):])
-    path, _, params = parsed.path.partition(";")
-    options = dict(p.split("=", 1) for p in params.split(";") if "=" in p)
-    return parsed.hostname or "127.0.0.1", parsed.port or 10000, path.strip("/") or "default", options
+def _passwd(args: argparse.Namespace) -> int:
+    import getpass
+
+    from server import passwords
+    from server.config import Config, parse_conf_args
+
+    path = args.file
+    if not path:
+        config = Config.load(home=args.home, config_file=args.config, conf=parse_conf_args(args.conf))
+        path = (config.get("tierlake.gateway.password-file") or "").strip()
+    if not path:
+        print("tierlake: no password file: give --file or set tierlake.gateway.password-file", file=sys.stderr)
+        return 2
+    if args.delete:
+        found = passwords.delete_user(path, args.user)
+        print(f"{'deleted' if found else 'no such user'} {args.user} in {path}")
+        return 0 if found else 1
+    roles = passwords.parse_roles(args.role) if args.role else None
+    password = None
+    if not args.keep_password:
+        if sys.stdin.isatty():
+            password = getpass.getpass(f"password for {args.user}: ")
+            if getpass.getpass("again: ") != password:
+                print("tierlake: the passwords differ", file=sys.stderr)
+                return 1
+        else:
+            password = sys.stdin.readline().rstrip("\r\n")
+        if not password:
+            print("tierlake: empty password", file=sys.stderr)
+            return 1
+    entry = passwords.set_user(path, args.user, password, roles)
+    print(f"{entry.name} ({', '.join(sorted(entry.roles))}) saved in {path}")
+    return 0
 
 
 def _sql(args: argparse.Namespace) -> int:
-    from pyhive import exc, hive
+    from pyhive import exc
 
+    from server.jdbc import connect, resolve_password
     from server.tables import format_table
 
-    host, port, database, options = parse_jdbc_url(args.url)
-    auth = "NOSASL" if options.get("auth", "").lower() == "nosasl" else "CUSTOM" if args.password else "NONE"
     try:
-        conn = hive.connect(
-            host=host, port=port, database=database, username=args.user,
-            password=args.password, auth=auth,
-        )
+        conn = connect(args.url, args.user, resolve_password(args.password), args.ca_file)
     except Exception as e:  # noqa: BLE001 - connection failures are user errors here
         print(f"tierlake: cannot connect to {args.url}: {e}", file=sys.stderr)
         return 2
@@ -202,16 +227,31 @@ def main(argv: list[str] | None = None) -> int:
     ts.add_argument("--master", help="Spark master (default local[*])")
     ts.add_argument("--config", help="config file")
     ts.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a setting (repeatable)")
-    ts.add_argument("--user", default="tiering-service")
-    ts.add_argument("--password")
+    ts.add_argument("--user", default="tiering-service", help="gateway user (default tiering-service)")
+    ts.add_argument("--password", help="gateway password (default $TIERLAKE_PASSWORD, "
+                                       "else the file in tierlake.client.password-file)")
+    ts.add_argument("--ca-file", help="CA certificate (PEM) for a ;ssl=true URL (default tierlake.client.ssl.ca-file)")
     ts.set_defaults(func=_tiering_service)
 
     q = sub.add_parser("sql", help="run statements through the gateway and print the results")
     q.add_argument("statements", nargs="+", metavar="STATEMENT")
     q.add_argument("--url", default=os.environ.get("TIERLAKE_URL", "jdbc:hive2://127.0.0.1:10000/default"))
     q.add_argument("--user", default=os.environ.get("USER", "tierlake"))
-    q.add_argument("--password")
+    q.add_argument("--password", help="gateway password (default $TIERLAKE_PASSWORD)")
+    q.add_argument("--ca-file", help="CA certificate (PEM) to check the gateway's TLS certificate (;ssl=true URLs)")
     q.set_defaults(func=_sql)
+
+    pw = sub.add_parser("passwd", help="add or change a gateway user (password read from the terminal or stdin)")
+    pw.add_argument("user")
+    pw.add_argument("--role", help="comma-separated roles: reader, writer, admin, tiering-service "
+                                   "(required for a new user; default: keep)")
+    pw.add_argument("--file", help="password file (default tierlake.gateway.password-file)")
+    pw.add_argument("--keep-password", action="store_true", help="change only the roles")
+    pw.add_argument("--delete", action="store_true", help="remove the user")
+    pw.add_argument("--home", help="state directory whose tierlake.conf names the file")
+    pw.add_argument("--config", help="config file")
+    pw.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a setting (repeatable)")
+    pw.set_defaults(func=_passwd)
 
     args = parser.parse_args(argv)
     try:

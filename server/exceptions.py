@@ -175,4 +175,19 @@ class UnsupportedFeatureError(TierlakeError):
     server whose sys schema predates them)."""
 
     sqlstate = "0A000"
+    error_code = 2010
+
+
+class PermissionDeniedError(TierlakeError):
+    """The authenticated user's roles do not allow the statement or procedure."""
+
+    sqlstate = "42501"
     error_code = 2008
+
+
+class AuthenticationError(TierlakeError):
+    """The client did not authenticate the way the gateway requires (e.g. a
+    NOSASL client at a SASL gateway)."""
+
+    sqlstate = "28000"
+    error_code = 2009

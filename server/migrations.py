@@ -108,7 +108,7 @@ def create_views(spark: Any) -> list[str]:
 
 
 def refresh_procedure_catalog(spark: Any, registry: Any) -> int:
-    """Rewrite ``sys.procedure_catalog`` from the registry (one Iceberg commit)."""
+    """Rewrite ``sys.procedure_catalog`` and ``sys.procedure_roles`` from the registry."""
     from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
     schema = StructType(
@@ -132,4 +132,9 @@ def refresh_procedure_catalog(spark: Any, registry: Any) -> int:
     ]
     # DataFrame write: values are bound, never pasted into SQL text.
     spark.createDataFrame(rows, schema).writeTo("sys.procedure_catalog").overwritePartitions()
+    from procedures.roles import procedure_role
+
+    roles = [(p.qualified_name, procedure_role(p.name)) for p in registry]
+    role_schema = StructType([StructField("name", StringType()), StructField("role", StringType())])
+    spark.createDataFrame(roles, role_schema).writeTo("sys.procedure_roles").overwritePartitions()
     return len(rows)

@@ -125,6 +125,11 @@ def parse_call(sql: str) -> CallStatement:
     except (ParseError, TokenError) as e:
         first = str(e).splitlines()[0] if str(e) else "syntax error"
         raise SqlSyntaxError(f"cannot parse the arguments of sys.{parts[1]}: {first}") from None
+    except RecursionError:
+        raise SqlSyntaxError(f"cannot parse the arguments of sys.{parts[1]}: nested too deeply") from None
+    except (IndexError, ValueError, TypeError):
+        # sqlglot's builders raise these on some malformed calls, e.g. map(1).
+        raise SqlSyntaxError(f"cannot parse the arguments of sys.{parts[1]}: malformed function call") from None
     projections = select.expressions if isinstance(select, exp.Select) else []
     if len(projections) != 1 or not isinstance(projections[0], exp.Anonymous) or select.args.get("from"):
         raise SqlSyntaxError(f"cannot parse the arguments of sys.{parts[1]}")
@@ -203,7 +208,10 @@ def evaluate(node: exp.Expression, where: str) -> Any:
 def _number(text: str, where: str) -> int | float | Decimal:
     try:
         if any(c in text for c in ".eE"):
-            return float(text)
+            value = float(text)
+            if value in (float("inf"), float("-inf")):
+                raise SqlSyntaxError(f"{where}: {text} is out of the range of DOUBLE")
+            return value
         return int(text)
     except ValueError:
         raise SqlSyntaxError(f"{where}: not a number: {text!r}") from None
@@ -229,6 +237,6 @@ def _cast(value: Any, to: exp.DataType, where: str) -> Any:
                 return value.lower() == "true"
             if isinstance(value, bool):
                 return value
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError):
         raise SqlSyntaxError(f"{where}: cannot cast {value!r} to {target}") from None
     raise SqlSyntaxError(f"{where}: casts to {target} are not supported in CALL arguments")

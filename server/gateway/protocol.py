@@ -56,13 +56,16 @@ class SessionInfo:
     ``user`` is the SASL-authenticated user (PLAIN) or the OpenSession
     username (NOSASL); ``protocol_version`` is the negotiated
     ``TProtocolVersion`` value (0 = V1 ... 9 = V10; PyHive gets 5 = V6, Hive
-    JDBC 2.3 gets 9 = V10); ``client_address`` is ``"host:port"``.
+    JDBC 2.3 gets 9 = V10); ``client_address`` is ``"host:port"``;
+    ``database`` the session's current database (from OpenSession's
+    ``use:database`` and successful ``USE`` statements), ``None`` = default.
     """
 
     user: Optional[str]
     session_guid: bytes
     protocol_version: int
     client_address: str
+    database: Optional[str] = None  # current database, as far as the gateway saw it
 
 
 @runtime_checkable

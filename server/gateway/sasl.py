@@ -55,6 +55,15 @@ class SaslError(Exception):
     """The SASL negotiation failed; the peer has already been told why."""
 
 
+class NotSaslClient(SaslError):
+    """The peer speaks raw Thrift (a NOSASL client); ``prefix`` holds the bytes
+    already read, so the caller can answer its first message with an error."""
+
+    def __init__(self, prefix: bytes):
+        super().__init__("a NOSASL client (auth=noSasl) connected to a SASL gateway")
+        self.prefix = prefix
+
+
 def accept_any(user: str, password: str) -> bool:
     """Development-mode authenticator: every user/password pair is accepted."""
     return True
@@ -93,14 +102,18 @@ class SaslServerTransport(BufferedSocketTransport):
         self._rpos = 0
         self._wbuf: list = []
         self._open = True
+        self._started = False
 
     # -- negotiation ------------------------------------------------------
     def _recv_negotiation(self) -> tuple:
-        status, length = _HEADER.unpack(recv_exact(self.sock, _HEADER.size))
+        header = recv_exact(self.sock, _HEADER.size)
+        status, length = _HEADER.unpack(header)
+        if status == 0x80 and not self._started:
+            # The first byte of a strict TBinaryProtocol message: a NOSASL
+            # client, which could not read a SASL error frame.
+            raise NotSaslClient(header)
         if status not in (START, OK, BAD, ERROR, COMPLETE):
-            # 0x80 is the first byte of a strict TBinaryProtocol message.
-            hint = " (a non-SASL client? use auth=noSasl)" if status == 0x80 else ""
-            self._fail(ERROR, "Invalid SASL status %d%s" % (status, hint))
+            self._fail(ERROR, "Invalid SASL status %d" % status)
         if length > MAX_NEGOTIATION_FRAME:
             self._fail(ERROR, "SASL negotiation frame too large (%d bytes)" % length)
         return status, recv_exact(self.sock, length) if length else b""
@@ -134,6 +147,7 @@ class SaslServerTransport(BufferedSocketTransport):
 
     def _negotiate(self) -> str:
         status, payload = self._recv_negotiation()
+        self._started = True
         if status != START:
             self._fail(ERROR, "Expected SASL START, got status %d" % status)
         mechanism = payload.decode("utf-8", "replace").strip()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -28,7 +29,8 @@ from .protocol import (DEFAULT_MAX_MESSAGE, LocalResult, MessageReader, RawMessa
                        encode_reply, error_status, ok_status)
 from .operations import OperationControl, running
 from .results import build_row_set, empty_log_row_set, parse_columns, table_schema
-from .sasl import Authenticator, SaslError, SaslServerTransport
+from .sasl import Authenticator, NotSaslClient, SaslError, SaslServerTransport
+from .security import TlsError, refuse_nosasl, start_tls, use_target
 
 log = logging.getLogger("tierlake.gateway")
 
@@ -113,6 +115,8 @@ class _Connection:
             self._serve()
         except SaslError as exc:
             log.warning("SASL negotiation with %s failed: %s", self.address, exc)
+        except TlsError as exc:
+            log.warning("TLS handshake with %s failed: %s", self.address, exc)
         except _BackendError as exc:
             if not self._closing:
                 log.error("backend link of %s failed: %s", self.address, exc)
@@ -130,13 +134,22 @@ class _Connection:
 
     def _setup(self) -> None:
         gw = self.gateway
-        self.sock.settimeout(None)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if gw.ssl_context is not None:
+            self.sock = start_tls(self.sock, gw.ssl_context, gw.handshake_timeout)
+        self.sock.settimeout(None)
         if gw.auth == "PLAIN":
             transport = SaslServerTransport(self.sock, gw.authenticator, gw.max_message_size,
                                             gw.handshake_timeout)
             self.client = transport
-            self.user = transport.handshake()
+            try:
+                self.user = transport.handshake()
+            except NotSaslClient as exc:
+                try:
+                    refuse_nosasl(self.sock, exc.prefix, gw.handshake_timeout)
+                except Exception as refusal:  # garbage that merely starts like Thrift
+                    log.debug("cannot answer the NOSASL client %s: %s", self.address, _describe(refusal))
+                raise
         else:
             self.client = SocketTransport(self.sock)
         try:
@@ -264,8 +277,11 @@ class _Connection:
                                                         ttypes.TStatusCode.SUCCESS_WITH_INFO_STATUS)):
                 guid = response.sessionHandle.sessionId.guid
                 user = self.user if self.user is not None else getattr(request, "username", None)
+                configuration = getattr(request, "configuration", None) or {}
+                database = configuration.get("use:database")
                 self.sessions[guid] = SessionInfo(user, guid, response.serverProtocolVersion,
-                                                  self.address)
+                                                  self.address,
+                                                  database.lower() if isinstance(database, str) else None)
                 log.debug("session opened for %r from %s (protocol V%d)", user, self.address,
                           response.serverProtocolVersion + 1)
         except Exception:
@@ -293,9 +309,25 @@ class _Connection:
             session = self.sessions.get(request.sessionHandle.sessionId.guid)
         except Exception:
             return None
-        # An unknown session is the backend's to reject, with its own error.
-        if session is None or not isinstance(statement, str):
+        authorizer = self.gateway.authorizer
+        if not isinstance(statement, str):
             return None
+        if session is None:
+            if authorizer is not None and authorizer.enabled:
+                # Unchecked statements must not reach the backend.
+                return self._error_reply(msg, "Invalid SessionHandle: unknown to the gateway", "HY000")
+            return None  # the backend's to reject, with its own error
+        if authorizer is not None:
+            try:
+                authorizer.check(session.user, statement, session.database)
+            except TierlakeError as exc:
+                return self._error_reply(msg, exc.message, exc.sqlstate, exc.error_code)
+            except Exception as exc:
+                log.exception("authorizer failed for %r", statement[:200])
+                return self._error_reply(msg, "Internal error: %s" % _describe(exc))
+        database = use_target(statement)
+        if database is not None:
+            return self._relay_use(msg, session, database)
         try:
             wanted = self.gateway.handler.wants(statement)
         except Exception as exc:
@@ -304,6 +336,17 @@ class _Connection:
         if not wanted:
             return None
         return self._reply(msg, self._run_local(statement, session, bool(request.runAsync)))
+
+    def _relay_use(self, msg: RawMessage, session: SessionInfo, database: str) -> bytes:
+        reply = self._relay(msg)
+        try:
+            response = decode_body(reply, TCLIService.ExecuteStatement_result).success
+            if response is not None and response.status.statusCode in (
+                    ttypes.TStatusCode.SUCCESS_STATUS, ttypes.TStatusCode.SUCCESS_WITH_INFO_STATUS):
+                session.database = database
+        except Exception:
+            log.debug("undecodable USE reply for %s", self.address, exc_info=True)
+        return reply.data
 
     def _run_local(self, statement: str, session: SessionInfo,
                    run_async: bool = False) -> ttypes.TExecuteStatementResp:
@@ -447,13 +490,18 @@ class Gateway:
     PLAIN, what Hive calls NONE/LDAP/CUSTOM; ``"NONE"`` is accepted as an
     alias) or ``"NOSASL"`` (raw Thrift, clients use ``auth=noSasl``).
     ``authenticator(user, password) -> bool`` checks PLAIN logins; ``None``
-    accepts everyone (development mode).
+    accepts everyone (development mode). ``authorizer`` (see
+    :class:`server.authz.Authorizer`) checks every statement of a session
+    with ``check(user, statement, current_database)`` before it runs or is
+    relayed, raising a ``TierlakeError`` to refuse it; its ``authenticate``
+    checks logins when no ``authenticator`` is given. ``ssl_context`` (a
+    server-side :class:`ssl.SSLContext`) turns on TLS for every client.
     """
 
     def __init__(self, host: str, port: int, backend_host: str, backend_port: int,
                  handler: StatementHandler, auth: str = "PLAIN",
                  authenticator: Optional[Authenticator] = None, max_connections: int = 256,
-                 *, connect_timeout: float = 10.0, handshake_timeout: float = 30.0,
+                 *, authorizer=None, ssl_context: Optional[ssl.SSLContext] = None, connect_timeout: float = 10.0, handshake_timeout: float = 30.0,
                  max_message_size: int = DEFAULT_MAX_MESSAGE):
         mode = (auth or "PLAIN").upper()
         mode = "PLAIN" if mode == "NONE" else mode
@@ -467,7 +515,13 @@ class Gateway:
         self.backend_port = backend_port
         self.handler = handler
         self.auth = mode
+        if authorizer is not None and getattr(authorizer, "enabled", False) and mode == "NOSASL":
+            raise ValueError("auth NOSASL cannot check passwords: use PLAIN with a password file")
+        if authenticator is None and authorizer is not None:
+            authenticator = authorizer.authenticate
         self.authenticator = authenticator
+        self.authorizer = authorizer
+        self.ssl_context = ssl_context
         self.max_connections = max_connections
         self.connect_timeout = connect_timeout
         self.handshake_timeout = handshake_timeout
@@ -497,8 +551,10 @@ class Gateway:
         self._accept_thread = threading.Thread(target=self._accept_loop, daemon=True,
                                                name="tierlake-gateway-accept")
         self._accept_thread.start()
-        log.info("gateway listening on %s:%d (auth %s), relaying to %s:%d", self.host,
-                 self.port, self.auth, self.backend_host, self.backend_port)
+        log.info("gateway listening on %s:%d (auth %s%s%s), relaying to %s:%d", self.host,
+                 self.port, self.auth, ", TLS" if self.ssl_context else "",
+                 ", password file" if getattr(self.authorizer, "enabled", False) else "",
+                 self.backend_host, self.backend_port)
         return self
 
     def stop(self, timeout: float = 5.0) -> None:

@@ -35,20 +35,19 @@ class LocalClient:
 class JdbcClient:
     """One PyHive connection per thread (HiveServer2 connections are not thread-safe)."""
 
-    def __init__(self, url: str, user: str = "tiering-service", password: str | None = None):
-        from server.cli import parse_jdbc_url
+    def __init__(self, url: str, user: str = "tiering-service", password: str | None = None,
+                 ca_file: str | None = None):
+        from server.jdbc import parse_jdbc_url
 
-        self.host, self.port, self.database, options = parse_jdbc_url(url)
-        self.auth = "NOSASL" if options.get("auth", "").lower() == "nosasl" else "CUSTOM" if password else "NONE"
-        self.user, self.password = user, password
+        parse_jdbc_url(url)  # a bad URL fails here, not in the first heartbeat
+        self.url, self.user, self.password, self.ca_file = url, user, password, ca_file
         self._local = threading.local()
 
     def _cursor(self):
-        from pyhive import hive
+        from server.jdbc import connect
 
         if getattr(self._local, "conn", None) is None:
-            self._local.conn = hive.connect(host=self.host, port=self.port, database=self.database,
-                                            username=self.user, password=self.password, auth=self.auth)
+            self._local.conn = connect(self.url, self.user, self.password, self.ca_file)
         return self._local.conn.cursor()
 
     def call(self, procedure: str, **arguments: Any) -> list[tuple]:

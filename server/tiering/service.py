@@ -23,9 +23,10 @@ METASTORE_URIS = "spark.hadoop.hive.metastore.uris"
 
 
 class TieringService:
-    def __init__(self, config: Config, url: str, user: str = "tiering-service", password: str | None = None):
+    def __init__(self, config: Config, url: str, user: str = "tiering-service", password: str | None = None,
+                 ca_file: str | None = None):
         self.config, self.url = config, url
-        self.client = JdbcClient(url, user, password)
+        self.client = JdbcClient(url, user, password, ca_file)
         self.lock = HomeLock(config.home)
         self.spark: Any = None
         self.workers: list[Worker] = []

@@ -54,3 +54,9 @@ def test_struct_and_map_keep_their_kind():
 )
 def test_is_sys_call(statement, expected):
     assert is_sys_call(statement) is expected
+
+
+def test_deep_nesting_is_a_syntax_error_not_a_crash():
+    depth = 3000
+    with pytest.raises(SqlSyntaxError, match="nested too deeply|cannot parse"):
+        parse_call("CALL sys.x(" + "array(" * depth + ")" * depth + ")")

@@ -1,0 +1,173 @@
+"""Concurrent JDBC clients on the sys status views while tables are tiered.
+
+    PYTHONPATH=. python -m bench.gateway_load [--clients 32] [--statements 20] [--tables 4] [--auth]
+
+Starts a server with two in-process tiering workers, creates ``--tables``
+tiered log tables (freshness 1 s) fed by a background appender, and runs
+``--clients`` PyHive connections, each issuing ``--statements`` queries that
+alternate between ``sys.lake_tiering_status`` and ``sys.tiering_rounds``.
+Prints statements/s and p50/p99 latency; ``--auth`` does the same with a
+password file (every statement classified for its role). The load test
+(tests/load) drives the same functions with fewer statements and asserts
+only that none failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from dataclasses import dataclass, field
+
+QUERIES = (
+    "SELECT database_name, table_name, status, tiering_epoch, last_tiered_time FROM sys.lake_tiering_status",
+    "SELECT database_name, table_name, outcome, rows FROM sys.tiering_rounds ORDER BY started_at DESC LIMIT 20",
+)
+
+
+@dataclass
+class LoadResult:
+    latencies: list[float] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    elapsed: float = 0.0
+
+    @property
+    def statements(self) -> int:
+        return len(self.latencies)
+
+    def percentile(self, q: float) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else float("nan")
+
+    def summary(self) -> str:
+        return (f"{self.statements} statements, {len(self.failures)} failed, {self.elapsed:.1f} s: "
+                f"{self.statements / self.elapsed:.1f} statements/s, p50 {self.percentile(0.5) * 1000:.0f} ms, "
+                f"p99 {self.percentile(0.99) * 1000:.0f} ms")
+
+
+def run_clients(connect, clients: int, statements: int) -> LoadResult:
+    """``clients`` threads, each its own ``connect()``ion, ``statements`` queries each."""
+    result = LoadResult()
+    lock = threading.Lock()
+    start = threading.Barrier(clients)
+
+    def client(n: int) -> None:
+        try:
+            conn = connect(n)
+            cursor = conn.cursor()
+        except Exception as e:  # noqa: BLE001 - every failure is counted
+            with lock:
+                result.failures.append(f"client {n} connect: {type(e).__name__}: {e}")
+            start.abort()
+            return
+        try:
+            start.wait(120)
+        except threading.BrokenBarrierError:
+            pass
+        for i in range(statements):
+            t = time.perf_counter()
+            try:
+                cursor.execute(QUERIES[(n + i) % len(QUERIES)])
+                cursor.fetchall()
+            except Exception as e:  # noqa: BLE001
+                with lock:
+                    result.failures.append(f"client {n} statement {i}: {type(e).__name__}: {e}")
+                continue
+            with lock:
+                result.latencies.append(time.perf_counter() - t)
+        conn.close()
+
+    threads = [threading.Thread(target=client, args=(n,), name=f"load-client-{n}") for n in range(clients)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    result.elapsed = time.perf_counter() - started
+    return result
+
+
+def create_tiered_tables(cursor, database: str, count: int) -> list[str]:
+    cursor.execute(f"CREATE DATABASE IF NOT EXISTS {database}")
+    names = []
+    for i in range(count):
+        name = f"{database}.events{i}"
+        cursor.execute(f"CREATE TABLE {name} (id BIGINT, msg STRING) TBLPROPERTIES "
+                       "('table.datalake.enabled'='true', 'table.datalake.freshness'='1 s')")
+        names.append(name)
+    return names
+
+
+class Feeder(threading.Thread):
+    """Appends a small batch to every table, over and over, until stopped."""
+
+    def __init__(self, spark, tables: list[str], rows: int = 100):
+        super().__init__(daemon=True, name="load-feeder")
+        self.spark, self.tables, self.rows = spark, tables, rows
+        self.stopping = threading.Event()
+        self.batches = 0
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            for table in self.tables:
+                self.spark.range(self.rows).selectExpr("id", "'load' AS msg").writeTo(table).append()
+            self.batches += 1
+            self.stopping.wait(0.5)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--statements", type=int, default=20)
+    parser.add_argument("--tables", type=int, default=4)
+    parser.add_argument("--auth", action="store_true", help="password file on: every statement is classified")
+    args = parser.parse_args()
+
+    import tempfile
+
+    from pyhive import hive
+
+    from bench.common import start_server
+    from server.passwords import set_user
+
+    conf = {"tierlake.tiering.workers": "2", "tierlake.tiering.poll-interval": "0.2 s",
+            "tierlake.coordinator.interval": "1 s"}
+    if args.auth:
+        path = tempfile.mkdtemp(prefix="tierlake-bench-auth-") + "/passwords"
+        set_user(path, "admin", "admin-pw", frozenset({"admin"}))
+        set_user(path, "reader", "reader-pw", frozenset({"reader"}))
+        conf["tierlake.gateway.password-file"] = path
+    server = start_server(**conf)
+    port = server.gateway.port
+
+    def connect(n: int, user: str = "reader"):
+        if args.auth:
+            return hive.connect("127.0.0.1", port, username=user, password=f"{user}-pw", auth="CUSTOM")
+        return hive.connect("127.0.0.1", port, username=f"client{n}")
+
+    try:
+        admin = connect(0, "admin").cursor()
+        tables = create_tiered_tables(admin, "load", args.tables)
+        feeder = Feeder(server.spark, tables)
+        feeder.start()
+        time.sleep(3)  # rounds under way before the clients start
+        result = run_clients(connect, args.clients, args.statements)
+        feeder.stop()
+        admin.execute("SELECT count(*) FROM sys.tiering_rounds WHERE database_name = 'load'")
+        rounds = admin.fetchall()[0][0]
+        print(f"{args.clients} clients x {args.statements} statements on sys.lake_tiering_status / "
+              f"sys.tiering_rounds, {args.tables} tables tiering ({rounds} rounds, {feeder.batches} feeder batches)"
+              f"{', password file on' if args.auth else ''}:")
+        print(result.summary())
+        for failure in result.failures[:10]:
+            print("  " + failure)
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
