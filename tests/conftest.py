@@ -101,6 +101,19 @@ def beeline(server):
     return Beeline(server.gateway.port)
 
 
+def running_workers(server, count: int):
+    """Generator for fixtures: ``count`` tiering worker threads on ``server``,
+    stopped and joined at teardown."""
+    from server.tiering.worker import start_workers
+
+    started = start_workers(server, count)
+    yield started
+    for w in started:
+        w.stop()
+    for w in started:
+        w.join(timeout=120)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -11,6 +11,7 @@ import pytest
 from pyhive import hive
 
 from bench.gateway_load import Feeder, create_tiered_tables, run_clients
+from tests.conftest import running_workers
 
 pytestmark = [pytest.mark.load, pytest.mark.integration]
 
@@ -20,14 +21,7 @@ STATEMENTS = 3
 
 @pytest.fixture
 def tiering_workers(server):
-    from server.tiering.worker import start_workers
-
-    started = start_workers(server, 2)
-    yield started
-    for w in started:
-        w.stop()
-    for w in started:
-        w.join(timeout=120)
+    yield from running_workers(server, 2)
 
 
 def rounds_and_statuses(cursor, database):

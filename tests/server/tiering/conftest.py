@@ -8,19 +8,13 @@ import uuid
 import pytest
 
 from server.session import iceberg_table
+from tests.conftest import running_workers
 
 
 @pytest.fixture(scope="module")
 def workers(server):
     """One tiering worker thread on the shared server for this module."""
-    from server.tiering.worker import start_workers
-
-    started = start_workers(server, 1)
-    yield started
-    for w in started:
-        w.stop()
-    for w in started:
-        w.join(timeout=120)
+    yield from running_workers(server, 1)
 
 
 @pytest.fixture
@@ -83,3 +77,11 @@ def make_due(server, table: str) -> None:
     while not server.coordinator.mutate(due_now):
         assert time.monotonic() < deadline, f"{table} never rested in Scheduled"
         time.sleep(0.3)
+
+
+def run(cursor, statement, params=None):
+    """Execute; the rows of a statement that returns any (DDL answers a bare "Result")."""
+    cursor.execute(statement, params)
+    if cursor.description and [d[0] for d in cursor.description] != ["Result"]:
+        return cursor.fetchall()
+    return None

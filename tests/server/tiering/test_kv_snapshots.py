@@ -13,16 +13,9 @@ from pyhive import exc
 from server.session import iceberg_table
 from server.tiering.client import LocalClient
 from server.tiering.worker import Worker, persistent_job_id
-from tests.server.tiering.conftest import coordinator_state, lake_summary, make_due, stream_position
+from tests.server.tiering.conftest import coordinator_state, lake_summary, make_due, run, stream_position
 
 pytestmark = pytest.mark.integration
-
-
-def run(cursor, statement, params=None):
-    cursor.execute(statement, params)
-    if cursor.description and [d[0] for d in cursor.description] != ["Result"]:
-        return cursor.fetchall()
-    return None
 
 
 def error_of(cursor, statement):

@@ -10,16 +10,9 @@ import pytest
 from pyhive import exc
 
 from server.session import iceberg_table
-from tests.server.tiering.conftest import coordinator_state, stream_position, wait_status, wait_tiered
+from tests.server.tiering.conftest import coordinator_state, run, stream_position, wait_status, wait_tiered
 
 pytestmark = pytest.mark.integration
-
-
-def run(cursor, statement, params=None):
-    cursor.execute(statement, params)
-    if cursor.description and [d[0] for d in cursor.description] != ["Result"]:
-        return cursor.fetchall()
-    return None
 
 
 def error_of(cursor, statement) -> str:

@@ -12,19 +12,13 @@ from tests.server.tiering.conftest import (
     coordinator_state,
     lake_summary,
     make_due,
+    run,
     stream_position,
     wait_status,
     wait_tiered,
 )
 
 pytestmark = pytest.mark.integration
-
-
-def run(cursor, statement, params=None):
-    cursor.execute(statement, params)
-    if cursor.description and [d[0] for d in cursor.description] != ["Result"]:
-        return cursor.fetchall()
-    return None
 
 
 def test_log_table_end_to_end_over_jdbc(server, workers, hive_cursor, db, spark, tmp_path):
