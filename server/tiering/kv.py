@@ -45,6 +45,7 @@ KV_STREAM_SNAPSHOT = "tierlake.kv.stream-snapshot-id"
 SNAPSHOT_INTERVAL = "kv.snapshot.interval"
 NUM_RETAINED = "kv.snapshot.num-retained"
 CATALOG_TABLE = "sys.kv_snapshot_catalog"
+T_DROP_TABLE = "templates/drop_table.sql.j2"
 KV_DATABASE = "sys"
 # Retention is tierlake's: Iceberg's own age-based expiry (5 days by default,
 # also what a bare external expire_snapshots uses) must not drop a retained
@@ -136,6 +137,42 @@ class KvCatalog:
 
         if snapshot_ids:
             self.table.update(change)
+
+    def forget_kv_table(self, kv: TablePath) -> None:
+        def change(rows):
+            keep = [r for r in rows if r["kv_table"] != str(kv)]
+            changed = len(keep) != len(rows)
+            rows[:] = keep
+            return None, changed
+
+        self.table.update(change)
+
+
+def drop_orphans(spark: Any, catalog: KvCatalog | None = None) -> list[str]:
+    """Drop KV tables whose stream table is gone or names another KV table.
+
+    A user's ``DROP TABLE`` of a stream table is relayed to Spark unseen, so
+    its KV table (and its files) would stay forever; a re-created stream of
+    the same name gets a KV table of its own.
+    """
+    catalog = catalog or KvCatalog(spark)
+    dropped = []
+    for entry in spark.catalog.listTables(KV_DATABASE):
+        if not entry.name.startswith("kv_") or entry.isTemporary or entry.tableType == "VIEW":
+            continue  # sys.kv_snapshots and sys.kv_snapshot_leases are views
+        kv = TablePath(KV_DATABASE, entry.name)
+        owner = properties(spark, kv).get(KV_OF_PROPERTY)
+        if not owner:
+            continue  # not a KV table of ours
+        stream = TablePath(*owner.split(".", 1))
+        with table_lock(stream):  # a snapshot being taken names its KV table on the stream last
+            if spark.catalog.tableExists(stream.quoted) and properties(spark, stream).get(KV_TABLE_PROPERTY) == str(kv):
+                continue
+            spark.sql(sql.render(T_DROP_TABLE, table=[kv.database, kv.table], purge=True))
+            catalog.forget_kv_table(kv)
+        log.info("dropped KV table %s: its stream table %s is gone", kv, stream)
+        dropped.append(str(kv))
+    return dropped
 
 
 def kv_table_name(stream: TablePath) -> TablePath:

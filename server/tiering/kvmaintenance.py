@@ -4,7 +4,8 @@ Every ``tierlake.kv.maintenance-interval`` the server looks at each
 registered table: a primary-key table whose newest KV snapshot (or, before
 its first, its registration) is older than ``kv.snapshot.interval`` gets a
 new snapshot; retention keeps ``kv.snapshot.num-retained`` plus leased ones;
-a table with ``table.log.ttl`` has its log truncated. One table's failure is
+a table with ``table.log.ttl`` has its log truncated; a KV table whose
+stream table was dropped is dropped too. One table's failure is
 logged and does not stop the others.
 """
 
@@ -63,6 +64,11 @@ class KvMaintenance(threading.Thread):
         _, states = self.server.coordinator.load()
         now = kv.utcnow()
         out = {}
+        try:
+            for kv_table in kv.drop_orphans(self.server.spark):
+                out[kv_table] = ["dropped orphan KV table"]
+        except Exception:  # noqa: BLE001 - snapshots and retention still run
+            log.warning("dropping orphan KV tables failed", exc_info=True)
         for state in sorted(states.values(), key=lambda s: s.table_id):
             stream = TablePath(state.database_name, state.table_name)
             try:

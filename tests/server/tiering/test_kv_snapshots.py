@@ -155,6 +155,29 @@ def test_kv_snapshots_retention_and_leases(server, spark, hive_cursor, db):
     assert kv_snapshot_ids(hive_cursor, db, "kv") == [s5[1], s6] and kv_state(spark, table, s6)[0] == model
 
 
+def test_the_kv_table_of_a_dropped_stream_table_is_dropped_by_maintenance(server, spark, hive_cursor, db):
+    from pathlib import Path
+    from urllib.parse import urlparse
+
+    from server.tiering.kvmaintenance import KvMaintenance
+
+    make_pk_table(hive_cursor, db, "gone")
+    table = f"{db}.gone"
+    run(hive_cursor, f"CALL sys.disable_tiering('{table}')")
+    write(hive_cursor, db, "gone", {}, [(1, "a", "+I"), (2, "b", "+I")])
+    kv_snapshot(hive_cursor, table)
+    _, kv_table = kv_state(spark, table, kv_snapshot_ids(hive_cursor, db, "gone")[0])
+    kv_dir = Path(urlparse(str(iceberg_table(spark, kv_table).location())).path)
+    assert any(kv_dir.rglob("*.parquet"))
+    assert KvMaintenance(server).run_once().get(kv_table) is None  # its stream table is alive: kept
+
+    run(hive_cursor, f"DROP TABLE {table}")  # relayed to Spark; tierlake does not see it
+    assert KvMaintenance(server).run_once()[kv_table] == ["dropped orphan KV table"]
+    assert not spark.catalog.tableExists(kv_table)
+    assert kv_snapshot_ids(hive_cursor, db, "gone") == []
+    assert not any(kv_dir.rglob("*.parquet"))
+
+
 def test_bad_lease_calls_are_clear_errors(hive_cursor, db):
     make_pk_table(hive_cursor, db, "bad")
     run(hive_cursor, f"CALL sys.disable_tiering('{db}.bad')")

@@ -4,6 +4,8 @@ standalone cluster. Everything runs as users run it (subprocesses, loopback)."""
 
 from __future__ import annotations
 
+import os
+import random
 import signal
 import time
 import uuid
@@ -54,17 +56,25 @@ def lake_ids(cur, table: str) -> list[int]:
     return sorted(r[0] for r in cur.fetchall())
 
 
-def test_two_tiering_services_on_postgres_tier_exactly_once_through_a_sigkill(postgres, tmp_path):
+# Where in its second round the victim is killed: before the write, while
+# writing, between the lake commit and the coordinator's (the worst moment).
+KILL_POINTS = ("after-plan", "during-write:200", "before-commit", "after-lake-commit")
+
+
+def test_two_tiering_services_on_postgres_tier_exactly_once_through_a_sigkill_and_restart(postgres, tmp_path):
+    seed = int(os.environ.get("TIERLAKE_TEST_SEED", time.time_ns() % 10_000))
+    kill_point = random.Random(seed).choice(KILL_POINTS)
+    point, _, delay = kill_point.partition(":")
+    fault = f"{point}@2" + (f":{delay}" if delay else "")
+    context = f"(killed at {fault}; rerun with TIERLAKE_TEST_SEED={seed})"
     conf = COMMON + ["tierlake.master=local[1]"] + metastore_conf(postgres)
     port = free_port()
     server = start_server_process(tmp_path / "server", port, conf, workers=0)
     url = f"jdbc:hive2://127.0.0.1:{port}/default"
     survivor = victim = None
     try:
-        # The victim dies right after its second lake commit, before telling
-        # the coordinator: the worst moment for a duplicate.
         survivor = start_service_process(tmp_path / "svc-a", url, conf)
-        victim = start_service_process(tmp_path / "svc-b", url, conf, fault="after-lake-commit@2")
+        victim = start_service_process(tmp_path / "svc-b", url, conf, fault=fault)
         cur = cursor(port)
         cur.execute("CREATE DATABASE scale")
         for n in range(TABLES):  # while the services start
@@ -90,7 +100,7 @@ def test_two_tiering_services_on_postgres_tier_exactly_once_through_a_sigkill(po
                 if victim.poll() is not None:
                     break
                 time.sleep(1)
-        assert victim.wait(timeout=5) == -signal.SIGKILL
+        assert victim.wait(timeout=5) == -signal.SIGKILL, context
         wave()
 
         def all_tiered():
@@ -98,14 +108,14 @@ def test_two_tiering_services_on_postgres_tier_exactly_once_through_a_sigkill(po
 
         wait_for(all_tiered, 180, "every row in the lake")
         for n in range(TABLES):
-            assert lake_ids(cur, f"scale_lake.t{n}") == inserted[n], f"t{n}: not exactly once"
+            assert lake_ids(cur, f"scale_lake.t{n}") == inserted[n], f"t{n}: not exactly once {context}"
 
         cur.execute("SELECT table_name, job_id, outcome, ended_at, error FROM sys.tiering_rounds ORDER BY ended_at")
         rounds = cur.fetchall()
         finished_by = {job for _, job, outcome, _, _ in rounds if outcome == "finished"}
         assert finished_by == {survivor_job, victim_job}, "tables were not spread over both jobs"
         timed_out = [(t, at, err) for t, job, outcome, at, err in rounds if outcome == "timed_out" and job == victim_job]
-        assert timed_out, f"no round of the killed job timed out: {rounds}"
+        assert timed_out, f"no round of the killed job timed out {context}: {rounds}"
         table, at, error = timed_out[0]
         assert f"tiering job {victim_job} sent no heartbeat" in error
         assert any(t == table and job == survivor_job and outcome == "finished" and later > at
@@ -118,6 +128,22 @@ def test_two_tiering_services_on_postgres_tier_exactly_once_through_a_sigkill(po
             return len(statuses) == TABLES and all(s[1] != "Failed" for s in statuses)
 
         wait_for(settled, 60, "no table left Failed")
+
+        # The killed service comes back on its home: the same job, tiering again.
+        restarted_at = time.time()
+        victim = start_service_process(tmp_path / "svc-b", url, conf)
+        assert service_ready(victim) == [victim_job]
+
+        def victim_tiered_again():
+            wave()
+            cur.execute("SELECT count(*) FROM sys.tiering_rounds WHERE job_id = %(job)s AND outcome = 'finished' "
+                        "AND unix_timestamp(ended_at) > %(at)s", {"job": victim_job, "at": int(restarted_at)})
+            return cur.fetchall()[0][0] > 0
+
+        wait_for(victim_tiered_again, 180, "a round by the restarted job")
+        wait_for(all_tiered, 180, "every row in the lake after the restart")
+        for n in range(TABLES):
+            assert lake_ids(cur, f"scale_lake.t{n}") == inserted[n], f"t{n}: not exactly once after restart {context}"
     finally:
         for proc in (victim, survivor):
             if proc is not None:
