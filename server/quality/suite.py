@@ -118,13 +118,13 @@ def _lake_frame(spark: Any, target: Target) -> Any:
 
 def _lake_snapshot(spark: Any, target: Target) -> tuple[int | None, int]:
     """``(snapshot id, tiered position recorded in its summaries)`` of the validated ref."""
-    from server.tiering.planner import SOURCE_POSITION
+    from server.tiering.planner import SOURCE_POSITION, summary as summary_of
 
     table = iceberg_table(spark, target.lake.quoted)
     snapshot = table.currentSnapshot() if target.ref == "main" else table.snapshot(target.ref)
     head = None if snapshot is None else int(snapshot.snapshotId())
     while snapshot is not None:
-        summary = {str(k): str(v) for k, v in dict(snapshot.summary()).items()}
+        summary = summary_of(snapshot)
         if SOURCE_POSITION in summary:
             return head, int(summary[SOURCE_POSITION])
         parent = snapshot.parentId()

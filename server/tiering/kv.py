@@ -32,7 +32,7 @@ from server.exceptions import InvalidArgumentError, NoSuchTableError, TieringGua
 from server.session import iceberg_table
 from server.smalltable import SmallTable
 from server.tablepath import TablePath
-from server.tiering.planner import LOG_START
+from server.tiering.planner import LOG_START, summary
 from server.tiering.spec import CHANGE_TYPE, TieredSpec, data_columns
 
 log = logging.getLogger("tierlake.kv")
@@ -96,10 +96,6 @@ def primary_key_spec(spark: Any, stream: TablePath) -> tuple[dict[str, str], Tie
     if not spec.is_primary_key:
         raise InvalidArgumentError(f"table {stream} has no primary key: KV snapshots are kept for primary-key tables")
     return props, spec
-
-
-def summary(snapshot: Any) -> dict[str, str]:
-    return {str(k): str(v) for k, v in dict(snapshot.summary()).items()}
 
 
 class KvCatalog:

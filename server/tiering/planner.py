@@ -95,7 +95,8 @@ class Plan:
         return out
 
 
-def _summary(snapshot: Any) -> dict[str, str]:
+def summary(snapshot: Any) -> dict[str, str]:
+    """An Iceberg snapshot's summary (a Java map) as a Python dict."""
     return {str(k): str(v) for k, v in dict(snapshot.summary()).items()}
 
 
@@ -104,10 +105,10 @@ def lake_position(lake_table: Any) -> tuple[int, int | None]:
     snapshot = lake_table.currentSnapshot()
     walked = 0
     while snapshot is not None and walked < MAX_WALK:
-        summary = _summary(snapshot)
-        if SOURCE_POSITION in summary:
-            sid = summary.get(SOURCE_SNAPSHOT)
-            return int(summary[SOURCE_POSITION]), (int(sid) if sid else None)
+        props = summary(snapshot)
+        if SOURCE_POSITION in props:
+            sid = props.get(SOURCE_SNAPSHOT)
+            return int(props[SOURCE_POSITION]), (int(sid) if sid else None)
         parent = snapshot.parentId()
         snapshot = lake_table.snapshot(parent) if parent is not None else None
         walked += 1
@@ -151,7 +152,7 @@ def plan_round(spark: Any, stream: TablePath, lake: TablePath, spec: TieredSpec,
     snapshot = head
     while snapshot is not None and int(snapshot.sequenceNumber()) > position:
         commits.append(StreamCommit(int(snapshot.sequenceNumber()), int(snapshot.snapshotId()),
-                                    str(snapshot.operation()), _summary(snapshot), int(snapshot.timestampMillis())))
+                                    str(snapshot.operation()), summary(snapshot), int(snapshot.timestampMillis())))
         parent = snapshot.parentId()
         if parent is None:
             snapshot = None
