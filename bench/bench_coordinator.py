@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import itertools
 
-import sql
+from tierlake import sql
 from bench.common import row, sample, start_server
 
 T_CALL = "templates/call.sql.j2"

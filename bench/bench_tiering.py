@@ -148,8 +148,8 @@ class Bench:
     def __init__(self, server: Any):
         from pyhive import hive
 
-        from server.tiering.client import LocalClient
-        from server.tiering.worker import Worker
+        from tierlake.server.clients.procedure_client import LocalClient
+        from tierlake.server.tiering.worker import Worker
 
         self.server = server
         self.spark = server.spark
@@ -180,7 +180,7 @@ class Bench:
         self.client.call("disable_tiering", table=f"{DB}.{name}")
 
     def snapshot_id(self, table: str) -> int | None:
-        from server.session import iceberg_table
+        from tierlake.server.runtime.session import iceberg_table
 
         snapshot = iceberg_table(self.spark, table).currentSnapshot()
         return None if snapshot is None else int(snapshot.snapshotId())

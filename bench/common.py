@@ -9,9 +9,9 @@ from typing import Callable
 
 
 def start_server(**conf: str):
-    from server.app import Server
-    from server.config import Config
-    from server.logsetup import configure_python_logging
+    from tierlake.server.app import Server
+    from tierlake.server.runtime.config import Config
+    from tierlake.server.runtime.log_setup import configure_python_logging
 
     home = tempfile.mkdtemp(prefix="tierlake-bench-")
     settings = {"tierlake.master": "local[2]", "tierlake.gateway.port": "0",

@@ -132,7 +132,7 @@ def main() -> None:
     from pyhive import hive
 
     from bench.common import start_server
-    from server.passwords import set_user
+    from tierlake.server.gateway.passwords import set_user
 
     conf = {"tierlake.tiering.workers": "2", "tierlake.tiering.poll-interval": "0.2 s",
             "tierlake.coordinator.interval": "1 s"}

@@ -6,5 +6,5 @@ built-in ones. User extensions are modules named in the ``tierlake.extensions``
 setting and register the same way.
 """
 
-BUILTIN_MODULES = ["procedures.system", "procedures.tiering", "procedures.tables", "procedures.kv_snapshots",
-                   "procedures.leases", "procedures.quality"]
+BUILTIN_MODULES = ["tierlake.procedures.system", "tierlake.procedures.tiering", "tierlake.procedures.tables", "tierlake.procedures.kv_snapshots",
+                   "tierlake.procedures.leases", "tierlake.procedures.quality"]

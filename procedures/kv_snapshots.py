@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from procedures.registry import Context, registry
-from server.tablepath import parse_table_path
-from server.tiering import kv, logretention
+from tierlake.procedures.registry import Context, registry
+from tierlake.server.catalog.table_path import parse_table_path
+from tierlake.server.kv import snapshots as kv
+from tierlake.server.kv import log_retention as logretention
 
 SNAPSHOT_COLUMNS = [("table_path", "string"), ("snapshot_id", "bigint"), ("log_position", "bigint"),
                     ("created_at", "timestamp"), ("created", "boolean")]

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from procedures.registry import Context, registry
-from server.durations import parse_duration
-from server.tablepath import parse_table_path
-from server.tiering import kv
-from server.tiering.leases import DEFAULT_DURATION, RESULT_COLUMNS, Leases
+from tierlake.procedures.registry import Context, registry
+from tierlake.server.runtime.durations import parse_duration
+from tierlake.server.catalog.table_path import parse_table_path
+from tierlake.server.kv import snapshots as kv
+from tierlake.server.kv.leases import DEFAULT_DURATION, RESULT_COLUMNS, Leases
 
 
 @registry.procedure(returns=RESULT_COLUMNS)

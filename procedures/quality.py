@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from procedures.registry import Context, registry
-from procedures.tiering import coordinator, iceberg_properties, registered
-from procedures.types import JsonObject
-from server.exceptions import InvalidArgumentError, NoSuchTableError
-from server.quality import gx, suite
-from server.smalltable import SmallTable
-from server.tablepath import TablePath, parse_table_path
-from server.tiering.spec import TieredSpec
+from tierlake.procedures.registry import Context, registry
+from tierlake.procedures.tiering import coordinator, iceberg_properties, registered
+from tierlake.procedures.types import JsonObject
+from tierlake.server.exceptions import InvalidArgumentError, NoSuchTableError
+from tierlake.server.quality import gx, suite
+from tierlake.server.runtime.state_table import SmallTable
+from tierlake.server.catalog.table_path import TablePath, parse_table_path
+from tierlake.server.catalog.spec import TieredSpec
 
 RESULT_COLUMNS = [
     ("run_id", "string"), ("expectation", "string"), ("success", "boolean"), ("observed_value", "string"),

@@ -2,7 +2,7 @@
 
 Built-in procedures register exactly as a user extension would::
 
-    from procedures.registry import registry
+    from tierlake.procedures.registry import registry
 
     @registry.procedure(returns=[("greeting", "string")])
     def hello(ctx, name: str = "world"):
@@ -25,8 +25,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from procedures.types import coerce, sql_type
-from server.exceptions import (
+from tierlake.procedures.types import coerce, sql_type
+from tierlake.server.exceptions import (
     InvalidArgumentError,
     ProcedureFailedError,
     TierlakeError,
@@ -283,7 +283,7 @@ registry = Registry()
 
 def load_builtins() -> Registry:
     """Import the built-in procedure modules (they register on import)."""
-    from procedures import BUILTIN_MODULES  # noqa: F401 - import side effect
+    from tierlake.procedures import BUILTIN_MODULES  # noqa: F401 - import side effect
 
     import importlib
 

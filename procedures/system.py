@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from procedures.registry import Context, registry
+from tierlake.procedures.registry import Context, registry
 
 
 def tierlake_version() -> str:
@@ -17,7 +17,7 @@ def tierlake_version() -> str:
 @registry.procedure(returns=[("component", "string"), ("version", "string")], read_only=True)
 def version(ctx: Context):
     """Versions of tierlake, Spark, Iceberg and the sys schema of this server."""
-    from server import migrations
+    from tierlake.server.runtime import migrations
 
     jvm = ctx.spark.sparkContext._jvm
     try:
@@ -55,7 +55,7 @@ def server_info(ctx: Context):
     service's URI, or the shared database's JDBC URL, never its credentials)
     and the warehouse from here.
     """
-    from server.metastore import metastore_db
+    from tierlake.server.runtime.metastore import metastore_db
 
     server = ctx.extras.get("server")
     conf = ctx.spark.sparkContext.getConf()

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from procedures.registry import Context, registry
-from server.ctas import RESULT_COLUMNS, create_table_as as run_create_table_as
-from server.exceptions import InvalidArgumentError
-from server.tablepath import parse_table_path
-from server.tiering.spec import ENABLED
+from tierlake.procedures.registry import Context, registry
+from tierlake.server.tiering.ctas import RESULT_COLUMNS, create_table_as as run_create_table_as
+from tierlake.server.exceptions import InvalidArgumentError
+from tierlake.server.catalog.table_path import parse_table_path
+from tierlake.server.catalog.spec import ENABLED
 
 
 @registry.procedure(returns=RESULT_COLUMNS)

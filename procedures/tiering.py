@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import sql
-from procedures.registry import Context, registry
-from server import statemachine as sm
-from server.exceptions import InvalidArgumentError, NoSuchTableError
-from server.session import iceberg_table
-from server.statemachine import FailedEntry, FinishedEntry, Status, TableState, TieringEntry
-from server.tablepath import TablePath, parse_table_path
-from server.tiering.tables import prepare_existing
+from tierlake import sql
+from tierlake.procedures.registry import Context, registry
+from tierlake.server.coordinator import state_machine as sm
+from tierlake.server.exceptions import InvalidArgumentError, NoSuchTableError
+from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.coordinator.state_machine import FailedEntry, FinishedEntry, Status, TableState, TieringEntry
+from tierlake.server.catalog.table_path import TablePath, parse_table_path
+from tierlake.server.catalog.tiered_tables import prepare_existing
 
 STATUS_COLUMNS = [
     ("database_name", "string"), ("table_name", "string"), ("status", "string"),

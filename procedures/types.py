@@ -14,7 +14,7 @@ import typing
 from decimal import Decimal
 from typing import Any, Union
 
-from server.exceptions import InvalidArgumentError
+from tierlake.server.exceptions import InvalidArgumentError
 
 
 class SqlMap(dict):

@@ -8,14 +8,14 @@ import threading
 import time
 from typing import Any
 
-from procedures.registry import Context, Registry, load_builtins, registry as default_registry
-from server import migrations
-from server.config import Config
-from server.coordinator import Coordinator
-from server.durations import parse_duration
-from server.exceptions import ConfigError
-from server.handler import CallHandler
-from server.session import HomeLock, build_spark, free_port, start_metastore_service, start_thrift_server
+from tierlake.procedures.registry import Context, Registry, load_builtins, registry as default_registry
+from tierlake.server.runtime import migrations
+from tierlake.server.runtime.config import Config
+from tierlake.server.coordinator.coordinator import Coordinator
+from tierlake.server.runtime.durations import parse_duration
+from tierlake.server.exceptions import ConfigError
+from tierlake.server.gateway.handler import CallHandler
+from tierlake.server.runtime.session import HomeLock, build_spark, free_port, start_metastore_service, start_thrift_server
 
 log = logging.getLogger("tierlake.server")
 
@@ -25,9 +25,9 @@ def gateway_from_config(config: Config, handler: Any, backend_port: int, registr
     import ipaddress
     import ssl
 
-    from server.authz import Authorizer
-    from server.gateway.server import Gateway
-    from server.passwords import PasswordFile
+    from tierlake.server.gateway.authz import Authorizer
+    from tierlake.server.gateway.server import Gateway
+    from tierlake.server.gateway.passwords import PasswordFile
 
     host = config.get("tierlake.gateway.host")
     password_file = (config.get("tierlake.gateway.password-file") or "").strip()
@@ -127,10 +127,10 @@ class Server:
                 port = start_metastore_service(self.spark, self.config, int(metastore_port))
                 self.metastore_uri = f"thrift://127.0.0.1:{port}"
             self._start_gateway()
-            from server.tiering.worker import start_workers
+            from tierlake.server.tiering.worker import start_workers
 
             self.workers = start_workers(self, self.config.get_int("tierlake.tiering.workers", 1))
-            from server.tiering.kvmaintenance import KvMaintenance
+            from tierlake.server.kv.maintenance import KvMaintenance
 
             self.kv_maintenance = KvMaintenance(self)
             self.kv_maintenance.start()
@@ -142,7 +142,7 @@ class Server:
 
     def _recover_ctas(self) -> None:
         """Roll back CREATE TABLE … AS SELECT statements a previous run left unfinished."""
-        from server.ctas import recover
+        from tierlake.server.tiering.ctas import recover
 
         for outcome in recover(self.context("tierlake")):
             log.warning("unfinished CREATE TABLE %s.%s AS SELECT (%s) from the previous run: %s",

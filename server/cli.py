@@ -7,14 +7,14 @@ import os
 import signal
 import sys
 import threading
-from server.exceptions import TierlakeError
-from server.jdbc import parse_jdbc_url  # noqa: F401 - part of the CLI module's API
+from tierlake.server.exceptions import TierlakeError
+from tierlake.server.clients.jdbc import parse_jdbc_url  # noqa: F401 - part of the CLI module's API
 
 
 def _server(args: argparse.Namespace) -> int:
-    from server.app import Server
-    from server.config import Config, parse_conf_args
-    from server.logsetup import configure_python_logging, redirect_console
+    from tierlake.server.app import Server
+    from tierlake.server.runtime.config import Config, parse_conf_args
+    from tierlake.server.runtime.log_setup import configure_python_logging, redirect_console
 
     config = Config.load(
         home=args.home,
@@ -49,9 +49,9 @@ def _server(args: argparse.Namespace) -> int:
 
 
 def _tiering_service(args: argparse.Namespace) -> int:
-    from server.config import Config, parse_conf_args
-    from server.logsetup import configure_python_logging, redirect_console
-    from server.tiering.service import TieringService
+    from tierlake.server.runtime.config import Config, parse_conf_args
+    from tierlake.server.runtime.log_setup import configure_python_logging, redirect_console
+    from tierlake.server.tiering.service import TieringService
 
     config = Config.load(home=args.home or ".tierlake-tiering", config_file=args.config,
                          conf=parse_conf_args(args.conf), master=args.master)
@@ -62,7 +62,7 @@ def _tiering_service(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    from server.jdbc import resolve_password
+    from tierlake.server.clients.jdbc import resolve_password
 
     password = resolve_password(args.password, config.get("tierlake.client.password-file"))
     service = TieringService(config, args.url, args.user, password,
@@ -85,8 +85,8 @@ def _tiering_service(args: argparse.Namespace) -> int:
 def _passwd(args: argparse.Namespace) -> int:
     import getpass
 
-    from server import passwords
-    from server.config import Config, parse_conf_args
+    from tierlake.server.gateway import passwords
+    from tierlake.server.runtime.config import Config, parse_conf_args
 
     path = args.file
     if not path:
@@ -120,8 +120,8 @@ def _passwd(args: argparse.Namespace) -> int:
 def _sql(args: argparse.Namespace) -> int:
     from pyhive import exc
 
-    from server.jdbc import connect, resolve_password
-    from server.tables import format_table
+    from tierlake.server.clients.jdbc import connect, resolve_password
+    from tierlake.server.clients.table_format import format_table
 
     try:
         conn = connect(args.url, args.user, resolve_password(args.password), args.ca_file)

@@ -38,7 +38,7 @@ def sql_literal(value) -> str:
     Only for statements that must travel as text (CALLs over JDBC, which has
     no bind parameters); dicts become ``named_struct``, ``SqlMap`` ``map``.
     """
-    from procedures.types import SqlMap
+    from tierlake.procedures.types import SqlMap
 
     if value is None:
         return "NULL"

@@ -24,9 +24,9 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
     """The real thing: Spark + Iceberg + sys schema + Thrift Server + gateway."""
-    from server.app import Server
-    from server.config import Config
-    from server.logsetup import configure_python_logging
+    from tierlake.server.app import Server
+    from tierlake.server.runtime.config import Config
+    from tierlake.server.runtime.log_setup import configure_python_logging
 
     home = tmp_path_factory.mktemp("tierlake-home")
     config = Config.load(
@@ -68,7 +68,7 @@ def hive_cursor(server):
 
 
 def _java_classpath() -> str:
-    from server.jars import pyspark_jars_dir
+    from tierlake.server.runtime.jars import pyspark_jars_dir
 
     return str(pyspark_jars_dir() / "*")
 
@@ -104,7 +104,7 @@ def beeline(server):
 def running_workers(server, count: int):
     """Generator for fixtures: ``count`` tiering worker threads on ``server``,
     stopped and joined at teardown."""
-    from server.tiering.worker import start_workers
+    from tierlake.server.tiering.worker import start_workers
 
     started = start_workers(server, count)
     yield started
@@ -121,7 +121,7 @@ def free_port() -> int:
 
 
 def tierlake_command() -> list[str]:
-    return [sys.executable, "-m", "server.cli"]
+    return [sys.executable, "-m", "tierlake.server.cli"]
 
 
 def start_server_process(home, port: int, conf: list[str], workers: int = 0, fault: str | None = None):
@@ -191,7 +191,7 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 def make_iceberg_tables(spark, database: str, names: list[str]) -> None:
     """Plain Iceberg tables for coordinator tests (the DDL path comes with tiering)."""
-    import sql as sqlfiles
+    from tierlake import sql as sqlfiles
 
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {sqlfiles.quote_ident(database)}")
     for name in names:

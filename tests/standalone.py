@@ -15,7 +15,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from server.jars import pyspark_jars_dir
+from tierlake.server.runtime.jars import pyspark_jars_dir
 from tests.conftest import free_port
 
 

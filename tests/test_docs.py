@@ -3,9 +3,9 @@
 import re
 from pathlib import Path
 
-from procedures.registry import load_builtins
-from server import exceptions
-from server.config import DEFAULTS
+from tierlake.procedures.registry import load_builtins
+from tierlake.server import exceptions
+from tierlake.server.runtime.config import DEFAULTS
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -19,7 +19,7 @@ def test_every_procedure_has_a_section_in_docs():
 
 
 def test_every_sys_view_is_documented():
-    import sql
+    from tierlake import sql
 
     text = (DOCS / "procedures.md").read_text()
     for path in sql.files("views"):

@@ -18,8 +18,8 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
-from procedures.types import SqlMap, SqlStruct
-from server.exceptions import SqlSyntaxError
+from tierlake.procedures.types import SqlMap, SqlStruct
+from tierlake.server.exceptions import SqlSyntaxError
 
 DIALECT = "spark"
 NAMESPACE = "sys"

@@ -21,7 +21,7 @@ from thrift.transport.TTransport import TMemoryBuffer, TTransportBase, TTranspor
 
 from TCLIService import ttypes
 
-from server.gateway.sasl import BufferedSocketTransport
+from tierlake.server.gateway.sasl import BufferedSocketTransport
 
 DEFAULT_MAX_MESSAGE = 256 * 1024 * 1024
 # Deep enough for any HS2 message (TTypeDesc nests a few levels), shallow

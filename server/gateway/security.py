@@ -11,7 +11,7 @@ from typing import Optional
 
 from thrift.Thrift import TMessageType
 
-from server.exceptions import AuthenticationError
+from tierlake.server.exceptions import AuthenticationError
 from TCLIService import TCLIService, ttypes
 
 from .protocol import MessageReader, SocketTransport, encode_reply, error_status

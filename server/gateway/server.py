@@ -21,7 +21,7 @@ from typing import Callable, Dict, Optional
 
 from thrift.Thrift import TMessageType
 
-from server.exceptions import TierlakeError
+from tierlake.server.exceptions import TierlakeError
 from TCLIService import TCLIService, ttypes
 
 from .protocol import (DEFAULT_MAX_MESSAGE, LocalResult, MessageReader, RawMessage, SessionInfo,

@@ -17,8 +17,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from server.exceptions import QualityCheckError
-from server.quality import suite
+from tierlake.server.exceptions import QualityCheckError
+from tierlake.server.quality import suite
 
 log = logging.getLogger("tierlake.quality")
 

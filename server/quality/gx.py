@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from server.exceptions import InvalidArgumentError, MissingDependencyError
+from tierlake.server.exceptions import InvalidArgumentError, MissingDependencyError
 
 INSTALL_HINT = ("data quality needs Great Expectations 1.x, which is not installed; "
                 "install it with: pip install 'great-expectations>=1.0,<2'")

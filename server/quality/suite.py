@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from server.quality import gx
-from server.session import iceberg_table
-from server.smalltable import SmallTable
-from server.tablepath import TablePath
-from server.tiering.spec import TieredSpec
+from tierlake.server.quality import gx
+from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.runtime.state_table import SmallTable
+from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.catalog.spec import TieredSpec
 
 log = logging.getLogger("tierlake.quality")
 
@@ -118,7 +118,7 @@ def _lake_frame(spark: Any, target: Target) -> Any:
 
 def _lake_snapshot(spark: Any, target: Target) -> tuple[int | None, int]:
     """``(snapshot id, tiered position recorded in its summaries)`` of the validated ref."""
-    from server.tiering.planner import SOURCE_POSITION, summary as summary_of
+    from tierlake.server.changelog.planner import SOURCE_POSITION, summary as summary_of
 
     table = iceberg_table(spark, target.lake.quoted)
     snapshot = table.currentSnapshot() if target.ref == "main" else table.snapshot(target.ref)

@@ -15,13 +15,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import sql
-from server import faults
-from server.exceptions import FencedEpochError, TieringGuardError
-from server.quality.gate import QualityGate
-from server.session import iceberg_table
-from server.tiering.planner import SOURCE_POSITION, SOURCE_SNAPSHOT, Chunk, Plan
-from server.tiering.spec import CHANGE_TYPE, Column, data_columns
+from tierlake import sql
+from tierlake.server.runtime import faults
+from tierlake.server.exceptions import FencedEpochError, TieringGuardError
+from tierlake.server.quality.gate import QualityGate
+from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.changelog.planner import SOURCE_POSITION, SOURCE_SNAPSHOT, Chunk, Plan
+from tierlake.server.catalog.spec import CHANGE_TYPE, Column, data_columns
 
 log = logging.getLogger("tierlake.tiering")
 
@@ -209,7 +209,7 @@ def run_round(
             }
             point("during-write")
             if chunk.snapshot is not None:
-                from server.tiering.snapshot_split import write_split
+                from tierlake.server.tiering.snapshot_split import write_split
 
                 write_split(spark, plan, chunk.snapshot, target, properties)
             else:

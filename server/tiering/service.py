@@ -11,12 +11,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from server.config import Config
-from server.exceptions import ConfigError
-from server.metastore import metastore_db
-from server.session import HomeLock, build_spark, free_port
-from server.tiering.client import JdbcClient
-from server.tiering.worker import Worker, persistent_job_id
+from tierlake.server.runtime.config import Config
+from tierlake.server.exceptions import ConfigError
+from tierlake.server.runtime.metastore import metastore_db
+from tierlake.server.runtime.session import HomeLock, build_spark, free_port
+from tierlake.server.clients.procedure_client import JdbcClient
+from tierlake.server.tiering.worker import Worker, persistent_job_id
 
 log = logging.getLogger("tierlake.tiering")
 METASTORE_URIS = "spark.hadoop.hive.metastore.uris"

@@ -21,12 +21,13 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-import sql
-from server.exceptions import TieringGuardError, UnknownProcedureError, UnsupportedFeatureError
-from server.session import iceberg_table
-from server.tablepath import TablePath
-from server.tiering import kv, planner
-from server.tiering.spec import TieredSpec
+from tierlake import sql
+from tierlake.server.exceptions import TieringGuardError, UnknownProcedureError, UnsupportedFeatureError
+from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.kv import snapshots as kv
+from tierlake.server.changelog import planner
+from tierlake.server.catalog.spec import TieredSpec
 
 log = logging.getLogger("tierlake.tiering")
 
@@ -87,7 +88,7 @@ def write_split(spark: Any, plan: planner.Plan, split: SnapshotSplit, target: li
     """Replace the branch's rows with the snapshot's, as one commit carrying ``properties``."""
     from pyspark.sql import functions as F
 
-    from server.tiering.round import columns_of
+    from tierlake.server.tiering.round import columns_of
 
     kv_path = TablePath(*split.kv_table.split(".", 1))
     if not spark.catalog.tableExists(kv_path.quoted) or \
@@ -137,7 +138,7 @@ class JobLeases:
 
     def acquire(self, path: str, split: SnapshotSplit) -> bool:
         """Lease the split's snapshot for every bucket; False if it is no longer available."""
-        from procedures.types import SqlMap
+        from tierlake.procedures.types import SqlMap
 
         rows = self._call("acquire_lease", lease_id=self.lease_id, table=path,
                           snapshots=SqlMap({b: split.snapshot_id for b in range(split.buckets)}))

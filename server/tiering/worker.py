@@ -13,14 +13,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from server import faults
-from server.durations import parse_duration
-from server.exceptions import FencedEpochError, TierlakeError
-from server.session import iceberg_table
-from server.tablepath import parse_table_path
-from server.tiering import snapshot_split
-from server.tiering.round import run_round
-from server.tiering.spec import CHUNK_ROWS, MAX_ROUND, TieredSpec
+from tierlake.server.runtime import faults
+from tierlake.server.runtime.durations import parse_duration
+from tierlake.server.exceptions import FencedEpochError, TierlakeError
+from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.catalog.table_path import parse_table_path
+from tierlake.server.tiering import snapshot_split
+from tierlake.server.tiering.round import run_round
+from tierlake.server.catalog.spec import CHUNK_ROWS, MAX_ROUND, TieredSpec
 
 log = logging.getLogger("tierlake.tiering")
 
@@ -161,7 +161,7 @@ class Worker(threading.Thread):
 
 
 def start_workers(server: Any, count: int) -> list[Worker]:
-    from server.tiering.client import LocalClient
+    from tierlake.server.clients.procedure_client import LocalClient
 
     client = LocalClient(server)
     workers = []

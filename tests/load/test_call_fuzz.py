@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pyhive import exc, hive
 
-from procedures.registry import Procedure, Registry
+from tierlake.procedures.registry import Procedure, Registry
 
 pytestmark = [pytest.mark.load, pytest.mark.integration]
 
@@ -77,8 +77,8 @@ def dry_registry(source: Registry) -> Registry:
 
 @pytest.fixture(scope="module")
 def fuzz_cursor(server):
-    from server.gateway.server import Gateway
-    from server.handler import CallHandler
+    from tierlake.server.gateway.server import Gateway
+    from tierlake.server.gateway.handler import CallHandler
 
     registry = dry_registry(server.registry)
     gateway = Gateway("127.0.0.1", 0, "127.0.0.1", server.thrift_port, CallHandler(registry, server.context)).start()

@@ -2,9 +2,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from procedures.registry import Context, Registry
-from procedures.types import SqlMap, SqlStruct
-from server.exceptions import InvalidArgumentError, ProcedureFailedError, UnknownProcedureError
+from tierlake.procedures.registry import Context, Registry
+from tierlake.procedures.types import SqlMap, SqlStruct
+from tierlake.server.exceptions import InvalidArgumentError, ProcedureFailedError, UnknownProcedureError
 
 
 @dataclass
@@ -132,7 +132,7 @@ def test_undocumented_procedures_cannot_register():
 
 
 def test_every_builtin_procedure_is_documented():
-    from procedures.registry import load_builtins
+    from tierlake.procedures.registry import load_builtins
 
     reg = load_builtins()
     assert len(reg) >= 1

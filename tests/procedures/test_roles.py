@@ -2,8 +2,8 @@
 
 import pytest
 
-from procedures import roles
-from procedures.registry import load_builtins
+from tierlake.procedures import roles
+from tierlake.procedures.registry import load_builtins
 
 
 def test_every_registered_procedure_has_a_role():

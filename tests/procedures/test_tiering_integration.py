@@ -9,8 +9,8 @@ import uuid
 import pytest
 from pyhive import exc, hive
 
-import sql
-from server.admin import Admin
+from tierlake import sql
+from tierlake.server.clients.admin import Admin
 from tests.conftest import make_iceberg_tables
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ ROLES = {"ann": "admin", "rita": "reader", "will": "writer", "ts": "tiering-serv
 
 @pytest.fixture(scope="session")
 def password_file(tmp_path_factory):
-    from server.passwords import set_user
+    from tierlake.server.gateway.passwords import set_user
 
     path = tmp_path_factory.mktemp("auth") / "passwords"
     for user, role in ROLES.items():
@@ -39,9 +39,9 @@ def tls_files(tmp_path_factory):
 
 def configured_gateway(server, **conf):
     """A gateway built by the server's own code path from the server's config plus ``conf``."""
-    from server.app import gateway_from_config
-    from server.config import Config
-    from server.handler import CallHandler
+    from tierlake.server.app import gateway_from_config
+    from tierlake.server.runtime.config import Config
+    from tierlake.server.gateway.handler import CallHandler
 
     config = Config(home=server.config.home, values={**server.config.values, "tierlake.gateway.port": "0", **conf})
     handler = CallHandler(server.registry, server.context)

@@ -10,7 +10,7 @@ import uuid
 import pytest
 from pyhive import exc, hive
 
-from server.jdbc import connect
+from tierlake.server.clients.jdbc import connect
 from tests.conftest import _java_classpath
 from tests.security.conftest import PASSWORD
 
@@ -108,7 +108,7 @@ def test_sys_procedures_shows_each_procedure_s_role(auth_gateway):
 
 
 def test_the_tiering_service_client_authenticates_with_its_password(auth_gateway, monkeypatch):
-    from server.tiering.client import JdbcClient
+    from tierlake.server.clients.procedure_client import JdbcClient
 
     url = f"jdbc:hive2://127.0.0.1:{auth_gateway.port}/default"
     info = dict(JdbcClient(url, "ts", "ts-pw").call("server_info"))

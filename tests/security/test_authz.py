@@ -2,11 +2,11 @@
 
 import pytest
 
-from procedures import roles as R
-from procedures.registry import load_builtins
-from server.authz import Authorizer, classify
-from server.exceptions import PermissionDeniedError
-from server.passwords import PasswordFile, set_user
+from tierlake.procedures import roles as R
+from tierlake.procedures.registry import load_builtins
+from tierlake.server.gateway.authz import Authorizer, classify
+from tierlake.server.exceptions import PermissionDeniedError
+from tierlake.server.gateway.passwords import PasswordFile, set_user
 
 
 @pytest.mark.parametrize("statement, role", [

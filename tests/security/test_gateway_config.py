@@ -4,10 +4,10 @@ import logging
 
 import pytest
 
-from server.app import gateway_from_config
-from server.config import DEFAULTS, Config
-from server.exceptions import ConfigError
-from server.passwords import set_user
+from tierlake.server.app import gateway_from_config
+from tierlake.server.runtime.config import DEFAULTS, Config
+from tierlake.server.exceptions import ConfigError
+from tierlake.server.gateway.passwords import set_user
 from tests.server.gateway.toy import ToyHandler
 
 

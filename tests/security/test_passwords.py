@@ -6,9 +6,9 @@ import stat
 
 import pytest
 
-from server import passwords
-from server.cli import main
-from server.exceptions import ConfigError
+from tierlake.server.gateway import passwords
+from tierlake.server.cli import main
+from tierlake.server.exceptions import ConfigError
 
 
 def test_hashes_are_salted_and_verify(tmp_path):
@@ -80,7 +80,7 @@ def test_passwd_cli_reads_stdin_and_uses_the_configured_file(tmp_path, monkeypat
 
 
 def test_client_password_resolution(tmp_path, monkeypatch):
-    from server.jdbc import resolve_password
+    from tierlake.server.clients.jdbc import resolve_password
 
     monkeypatch.delenv("TIERLAKE_PASSWORD", raising=False)
     secret = tmp_path / "pw"

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from server import migrations
+from tierlake.server.runtime import migrations
 from tests.conftest import free_port, subprocess_env, tierlake_command
 
 pytestmark = pytest.mark.integration

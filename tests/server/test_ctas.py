@@ -18,9 +18,9 @@ import pytest
 from pyhive import exc, hive
 from TCLIService import ttypes
 
-from server.ctas import StatementHook, _label, _location_key, check_query
-from server.exceptions import InvalidArgumentError, OperationCancelledError, SqlSyntaxError, TableExistsError
-from server.gateway.operations import OperationControl
+from tierlake.server.tiering.ctas import StatementHook, _label, _location_key, check_query
+from tierlake.server.exceptions import InvalidArgumentError, OperationCancelledError, SqlSyntaxError, TableExistsError
+from tierlake.server.gateway.operations import OperationControl
 
 # -- unit (no JVM) -------------------------------------------------------------
 
@@ -220,7 +220,7 @@ def test_a_client_cancel_during_a_long_ctas_leaves_nothing(server, spark, db, ud
 
 @integration
 def test_a_successful_ctas_is_visible_at_once_and_the_next_round_tiers_only_what_is_new(server, spark, db):
-    from server.tiering.worker import start_workers
+    from tierlake.server.tiering.worker import start_workers
 
     cur = connect(server)
     cur.execute(f"CREATE TABLE {db}.orders TBLPROPERTIES ('table.datalake.enabled'='true', 'primary-key'='id', "

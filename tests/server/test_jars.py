@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from server import jars
-from server.exceptions import JarResolutionError
+from tierlake.server.runtime import jars
+from tierlake.server.exceptions import JarResolutionError
 
 SHADED = "org/apache/iceberg/shaded/com/fasterxml/jackson/"
 OBJECT_MAPPER = SHADED + "databind/ObjectMapper.class"
@@ -226,7 +226,7 @@ def test_missing_package_gives_install_hint(tmp_path, monkeypatch):
 
 
 def test_resolve_builds_once_then_reuses_cache(tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="server.jars")
+    caplog.set_level(logging.INFO, logger="tierlake.server.runtime.jars")
     home = tmp_path / "home"
     results: list[list[Path]] = []
     # Two concurrent first starts: the file lock lets exactly one build.

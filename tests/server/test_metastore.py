@@ -2,12 +2,12 @@
 
 import pytest
 
-import sql
-from server import faults
-from server.config import Config
-from server.exceptions import ConfigError
-from server.metastore import JDO, LOCK_TABLES, POSTGRES_LOCK_TABLES, metastore_db
-from server.session import spark_settings
+from tierlake import sql
+from tierlake.server.runtime import faults
+from tierlake.server.runtime.config import Config
+from tierlake.server.exceptions import ConfigError
+from tierlake.server.runtime.metastore import JDO, LOCK_TABLES, POSTGRES_LOCK_TABLES, metastore_db
+from tierlake.server.runtime.session import spark_settings
 
 
 @pytest.fixture

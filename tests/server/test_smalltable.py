@@ -2,9 +2,9 @@
 
 import pytest
 
-import server.smalltable as smalltable
-from server.exceptions import ConcurrentUpdateError
-from server.smalltable import SmallTable
+from tierlake.server.runtime import state_table as smalltable
+from tierlake.server.exceptions import ConcurrentUpdateError
+from tierlake.server.runtime.state_table import SmallTable
 
 
 class FakeTable(SmallTable):

@@ -7,9 +7,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from server import statemachine as sm
-from server.exceptions import IllegalTransitionError
-from server.statemachine import FailedEntry, FinishedEntry, Policy, Status, TableState, TieringEntry
+from tierlake.server.coordinator import state_machine as sm
+from tierlake.server.exceptions import IllegalTransitionError
+from tierlake.server.coordinator.state_machine import FailedEntry, FinishedEntry, Policy, Status, TableState, TieringEntry
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 POLICY = Policy(heartbeat_timeout=timedelta(seconds=60), retry_backoff=timedelta(seconds=5))

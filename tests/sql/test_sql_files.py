@@ -3,8 +3,8 @@
 import sqlglot
 from sqlglot import exp
 
-import sql
-from server import migrations
+from tierlake import sql
+from tierlake.server.runtime import migrations
 
 
 def test_identifiers_are_quoted_safely():

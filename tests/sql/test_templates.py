@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import sqlglot
 
-import sql
-from procedures.types import SqlMap
-from server.tiering.spec import CHANGE_TYPE, Column, TieredSpec, partition_sql
+from tierlake import sql
+from tierlake.procedures.types import SqlMap
+from tierlake.server.catalog.spec import CHANGE_TYPE, Column, TieredSpec, partition_sql
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "templates"
 PK = TieredSpec.from_properties({"primary-key": "order_id", "bucket.num": "4", "sequence-by": "ts"})
@@ -85,7 +85,7 @@ def test_identifiers_cannot_break_out():
 
 
 def test_hostile_partition_transforms_are_refused():
-    from server.exceptions import InvalidArgumentError
+    from tierlake.server.exceptions import InvalidArgumentError
 
     for bad in ["days(ts)); DROP TABLE x; --", "bucket(x, id)", "nosuch(ts)", "days(a, b)"]:
         with pytest.raises(InvalidArgumentError):

@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from procedures.types import SqlMap, SqlStruct
-from server.exceptions import SqlSyntaxError
-from server.gateway.callparse import is_sys_call, parse_call
+from tierlake.procedures.types import SqlMap, SqlStruct
+from tierlake.server.exceptions import SqlSyntaxError
+from tierlake.server.gateway.callparse import is_sys_call, parse_call
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "calls"
 

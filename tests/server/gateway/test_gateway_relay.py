@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from server.gateway.server import Gateway
+from tierlake.server.gateway.server import Gateway
 
 from .toy import ToyHandler, toy_row, toy_ts_text
 

@@ -17,8 +17,8 @@ from thrift.Thrift import TApplicationException, TMessageType, TType
 from thrift.transport.TSocket import TSocket
 from thrift.transport.TTransport import TBufferedTransport, TMemoryBuffer
 
-from server.gateway.protocol import SocketTransport, error_status, ok_status
-from server.gateway.server import Gateway
+from tierlake.server.gateway.protocol import SocketTransport, error_status, ok_status
+from tierlake.server.gateway.server import Gateway
 
 from .toy import ROWS_COLUMNS, ToyHandler, toy_row, toy_ts_text
 

@@ -12,7 +12,7 @@ from thrift.protocol.TProtocol import TProtocolException
 from thrift.Thrift import TMessageType, TType
 from thrift.transport.TTransport import TMemoryBuffer, TTransportException
 
-from server.gateway.protocol import (MessageReader, RecordingTransport, SocketTransport,
+from tierlake.server.gateway.protocol import (MessageReader, RecordingTransport, SocketTransport,
                                      decode_body, encode_reply, error_status)
 
 

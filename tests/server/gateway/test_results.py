@@ -11,7 +11,7 @@ from TCLIService import ttypes
 from thrift.protocol.TBinaryProtocol import TBinaryProtocol
 from thrift.transport.TTransport import TMemoryBuffer
 
-from server.gateway.results import (build_row_set, columnar_row_set, empty_log_row_set,
+from tierlake.server.gateway.results import (build_row_set, columnar_row_set, empty_log_row_set,
                                     null_bitmap, render_json, render_timestamp,
                                     row_based_row_set, table_schema)
 

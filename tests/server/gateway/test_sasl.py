@@ -10,8 +10,8 @@ import threading
 import pytest
 from thrift.transport.TTransport import TTransportException
 
-from server.gateway import sasl
-from server.gateway.sasl import (BAD, COMPLETE, ERROR, OK, START, SaslError,
+from tierlake.server.gateway import sasl
+from tierlake.server.gateway.sasl import (BAD, COMPLETE, ERROR, OK, START, SaslError,
                                  SaslServerTransport, recv_exact)
 
 

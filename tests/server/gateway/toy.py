@@ -8,9 +8,9 @@ import threading
 
 import time
 
-from server.exceptions import OperationCancelledError, SqlSyntaxError, UnknownProcedureError
-from server.gateway import operations
-from server.gateway.protocol import LocalResult, SessionInfo
+from tierlake.server.exceptions import OperationCancelledError, SqlSyntaxError, UnknownProcedureError
+from tierlake.server.gateway import operations
+from tierlake.server.gateway.protocol import LocalResult, SessionInfo
 
 ROWS_COLUMNS = [("name", "string"), ("n", "bigint"), ("ts", "timestamp"), ("nothing", "string")]
 BASE_TS = dt.datetime(2024, 1, 2, 3, 4, 5)

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from server.session import iceberg_table
+from tierlake.server.runtime.session import iceberg_table
 from tests.conftest import running_workers
 
 

@@ -6,13 +6,13 @@ import threading
 
 import pytest
 
-from server.exceptions import FencedEpochError
-from server.tablepath import parse_table_path
-from server.tiering import planner
-from server.tiering.client import LocalClient
-from server.tiering.round import run_round
-from server.tiering.spec import TieredSpec
-from server.tiering.worker import Worker
+from tierlake.server.exceptions import FencedEpochError
+from tierlake.server.catalog.table_path import parse_table_path
+from tierlake.server.changelog import planner
+from tierlake.server.clients.procedure_client import LocalClient
+from tierlake.server.tiering.round import run_round
+from tierlake.server.catalog.spec import TieredSpec
+from tierlake.server.tiering.worker import Worker
 from tests.server.tiering.conftest import coordinator_state, lake_summary, wait_status
 
 pytestmark = pytest.mark.integration
@@ -109,6 +109,6 @@ def test_disabling_a_table_mid_round_ends_the_round_cleanly(server, spark, hive_
     assert hive_cursor.fetchall() == [(0,)]  # nothing committed after the table was disabled
     hive_cursor.execute("SELECT outcome FROM sys.tiering_rounds WHERE table_id = %(id)s", {"id": table_id})
     assert [r[0] for r in hive_cursor.fetchall()] == ["disabled"]
-    branches = [str(b) for b in __import__("server.session", fromlist=["x"]).iceberg_table(
+    branches = [str(b) for b in __import__("tierlake.server.runtime.session", fromlist=["x"]).iceberg_table(
         spark, f"{db}_lake.f3").refs().keySet()]
     assert branches == ["main"] or not any(b.startswith("tierlake_") for b in branches)

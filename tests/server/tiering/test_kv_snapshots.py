@@ -10,9 +10,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from pyhive import exc
 
-from server.session import iceberg_table
-from server.tiering.client import LocalClient
-from server.tiering.worker import Worker, persistent_job_id
+from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.clients.procedure_client import LocalClient
+from tierlake.server.tiering.worker import Worker, persistent_job_id
 from tests.server.tiering.conftest import coordinator_state, lake_summary, make_due, run, stream_position
 
 pytestmark = pytest.mark.integration
@@ -87,7 +87,7 @@ def test_kv_snapshots_retention_and_leases(server, spark, hive_cursor, db):
                             f"snapshots => map(0, {s1[1]}L, 1, {s1[1]}L), duration => '1 h')")
     assert [(r[0], r[1], r[2], r[3]) for r in rows] == [(table, 0, s1[1], "acquired"), (table, 1, s1[1], "acquired")]
     # The Iceberg tag behind it ends with the lease: its age counts from the snapshot's commit, not the acquire.
-    from server.tiering.leases import Leases, tag_name
+    from tierlake.server.kv.leases import Leases, tag_name
 
     _, kv_table = kv_state(spark, table, s1[1])
     expires_ms = int(next(r for r in Leases(spark).rows() if r["lease_id"] == "reader")["expires_at"].timestamp() * 1000)
@@ -144,8 +144,8 @@ def test_kv_snapshots_retention_and_leases(server, spark, hive_cursor, db):
     assert kv_state(spark, table, s5[1])[0] == model
 
     # The periodic snapshot: due once kv.snapshot.interval (10 min) has passed since the newest.
-    from server.tablepath import TablePath
-    from server.tiering.kvmaintenance import maintain
+    from tierlake.server.catalog.table_path import TablePath
+    from tierlake.server.kv.maintenance import maintain
 
     write(hive_cursor, db, "kv", model, [(7, "g", "+I")])
     now = datetime.now(timezone.utc)
@@ -159,7 +159,7 @@ def test_the_kv_table_of_a_dropped_stream_table_is_dropped_by_maintenance(server
     from pathlib import Path
     from urllib.parse import urlparse
 
-    from server.tiering.kvmaintenance import KvMaintenance
+    from tierlake.server.kv.maintenance import KvMaintenance
 
     make_pk_table(hive_cursor, db, "gone")
     table = f"{db}.gone"
@@ -194,7 +194,7 @@ def test_bad_lease_calls_are_clear_errors(hive_cursor, db):
 
 
 def test_a_server_without_leases_says_unsupported(hive_cursor, db, monkeypatch):
-    from server.tiering import leases as lease_module
+    from tierlake.server.kv import leases as lease_module
 
     make_pk_table(hive_cursor, db, "old")
     monkeypatch.setattr(lease_module, "LEASE_TABLE", "sys.no_lease_table_in_this_schema")
@@ -283,7 +283,7 @@ def test_a_leased_snapshot_survives_expiry_while_a_rebuild_reads_it(server, spar
         write(hive_cursor, db, "race", later, [(5, "e", "+I")])
         newer = kv_snapshot(hive_cursor, path)
         assert expire(hive_cursor, path, 1) == {snap[1]: "leased", newer[1]: "retained"}
-        from server.tiering.kvmaintenance import KvMaintenance
+        from tierlake.server.kv.maintenance import KvMaintenance
 
         KvMaintenance(server).run_once()  # the automatic retention, too
         assert kv_snapshot_ids(hive_cursor, db, "race") == [snap[1], newer[1]]

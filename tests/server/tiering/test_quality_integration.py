@@ -9,7 +9,7 @@ import time
 import pytest
 from pyhive import exc
 
-from server.session import iceberg_table
+from tierlake.server.runtime.session import iceberg_table
 from tests.server.tiering.conftest import coordinator_state, run, stream_position, wait_status, wait_tiered
 
 pytestmark = pytest.mark.integration

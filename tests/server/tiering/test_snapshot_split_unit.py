@@ -7,11 +7,11 @@ import logging
 
 import pytest
 
-from server.exceptions import InvalidArgumentError, UnknownProcedureError, UnsupportedFeatureError
-from server.tablepath import TablePath
-from server.tiering.planner import Plan, StreamCommit
-from server.tiering.snapshot_split import JobLeases, SnapshotSplit
-from server.tiering.spec import TieredSpec
+from tierlake.server.exceptions import InvalidArgumentError, UnknownProcedureError, UnsupportedFeatureError
+from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.changelog.planner import Plan, StreamCommit
+from tierlake.server.tiering.snapshot_split import JobLeases, SnapshotSplit
+from tierlake.server.catalog.spec import TieredSpec
 
 SPLIT = SnapshotSplit("sys.kv_t_1", snapshot_id=77, log_position=5, stream_snapshot_id=500, buckets=3)
 

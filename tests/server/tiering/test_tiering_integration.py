@@ -96,7 +96,7 @@ def test_primary_key_table_with_updates_deletes_and_sequence_by(server, workers,
 
 
 def test_partitioned_lake_table_and_add_column(server, workers, hive_cursor, db, spark):
-    from server.session import iceberg_table
+    from tierlake.server.runtime.session import iceberg_table
 
     run(hive_cursor, f"CREATE TABLE {db}.clicks (id BIGINT, ts TIMESTAMP) TBLPROPERTIES "
                      "('table.datalake.enabled'='true', 'table.datalake.partition'='days(ts)', "
@@ -115,7 +115,7 @@ def test_partitioned_lake_table_and_add_column(server, workers, hive_cursor, db,
 
 
 def test_a_user_delete_on_the_stream_fails_with_the_snapshot_and_the_fix(server, workers, hive_cursor, db, spark):
-    from server.session import iceberg_table
+    from tierlake.server.runtime.session import iceberg_table
 
     run(hive_cursor, f"CREATE TABLE {db}.log (id BIGINT) TBLPROPERTIES "
                      "('table.datalake.enabled'='true', 'table.datalake.freshness'='1 s')")

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from server.exceptions import ConfigError
+from tierlake.server.exceptions import ConfigError
 
 DEFAULTS: dict[str, str] = {
     "tierlake.gateway.host": "127.0.0.1",

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-import sql
+from tierlake import sql
 
 T_CALL = "templates/call.sql.j2"
 
@@ -63,7 +63,7 @@ class Admin:
     @classmethod
     def connect(cls, url: str, user: str | None = None, password: str | None = None,
                 ca_file: str | None = None) -> "Admin":
-        from server.jdbc import connect
+        from tierlake.server.clients.jdbc import connect
 
         conn = connect(url, user or "admin", password, ca_file)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
-from server.exceptions import InvalidArgumentError
+from tierlake.server.exceptions import InvalidArgumentError
 
 _UNITS = {
     "ms": 0.001, "milli": 0.001, "millis": 0.001, "millisecond": 0.001, "milliseconds": 0.001,

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from server.exceptions import TieringGuardError
-from server.session import iceberg_table
-from server.tablepath import TablePath
-from server.tiering.spec import TieredSpec
+from tierlake.server.exceptions import TieringGuardError
+from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.catalog.spec import TieredSpec
 
 SOURCE_POSITION = "tiering.source-position"
 SOURCE_SNAPSHOT = "tiering.source-snapshot-id"

@@ -16,10 +16,11 @@ import threading
 from datetime import datetime, timedelta
 from typing import Any
 
-from server.durations import parse_duration
-from server.tablepath import TablePath
-from server.tiering import kv, logretention
-from server.tiering.spec import TieredSpec
+from tierlake.server.runtime.durations import parse_duration
+from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.kv import snapshots as kv
+from tierlake.server.kv import log_retention as logretention
+from tierlake.server.catalog.spec import TieredSpec
 
 log = logging.getLogger("tierlake.kv")
 

@@ -8,8 +8,8 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-import sql
-from server.exceptions import InvalidIdentifierError
+from tierlake import sql
+from tierlake.server.exceptions import InvalidIdentifierError
 
 SESSION_CATALOG = "spark_catalog"
 

@@ -15,11 +15,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from server.config import Config
-from server.exceptions import HomeInUseError, MigrationError
-from server.jars import resolve_iceberg_jars
-from server.logsetup import log4j2_config
-from server.metastore import derby_url, ensure_lock_tables, metastore_db  # noqa: F401 - derby_url: re-export
+from tierlake.server.runtime.config import Config
+from tierlake.server.exceptions import HomeInUseError, MigrationError
+from tierlake.server.runtime.jars import resolve_iceberg_jars
+from tierlake.server.runtime.log_setup import log4j2_config
+from tierlake.server.runtime.metastore import derby_url, ensure_lock_tables, metastore_db  # noqa: F401 - derby_url: re-export
 
 log = logging.getLogger("tierlake.session")
 

@@ -29,10 +29,10 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
-from procedures import roles as R
-from server.exceptions import PermissionDeniedError, TierlakeError
-from server.gateway.callparse import is_sys_call, parse_call
-from server.passwords import PasswordFile
+from tierlake.procedures import roles as R
+from tierlake.server.exceptions import PermissionDeniedError, TierlakeError
+from tierlake.server.gateway.callparse import is_sys_call, parse_call
+from tierlake.server.gateway.passwords import PasswordFile
 
 log = logging.getLogger("tierlake.gateway")
 

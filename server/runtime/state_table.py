@@ -9,9 +9,9 @@ import time
 from datetime import date, datetime, timezone
 from typing import Any, Callable
 
-import sql
-from server.exceptions import ConcurrentUpdateError
-from server.session import iceberg_table
+from tierlake import sql
+from tierlake.server.exceptions import ConcurrentUpdateError
+from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.coordinator")
 Q_ROWS_FROM_JSON = "queries/rows_from_json.sql"

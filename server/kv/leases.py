@@ -22,11 +22,11 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from server import migrations
-from server.exceptions import InvalidArgumentError, UnsupportedFeatureError
-from server.session import iceberg_table
-from server.smalltable import SmallTable
-from server.tablepath import TablePath
+from tierlake.server.runtime import migrations
+from tierlake.server.exceptions import InvalidArgumentError, UnsupportedFeatureError
+from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.runtime.state_table import SmallTable
+from tierlake.server.catalog.table_path import TablePath
 
 log = logging.getLogger("tierlake.leases")
 
@@ -81,7 +81,7 @@ class Leases:
         Snapshots that are no longer retained come back ``unavailable``; the
         others ``acquired`` with the lease's new expiry.
         """
-        from server.tiering import kv
+        from tierlake.server.kv import snapshots as kv
 
         self.require()
         if not lease_id.strip():

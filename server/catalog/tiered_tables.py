@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import sql
-from server.exceptions import InvalidArgumentError, TierlakeError
-from server.session import iceberg_table
-from server.tablepath import TablePath
-from server.tiering.spec import CHANGE_TYPE, ENABLED, Column, TieredSpec, data_columns, partition_sql
+from tierlake import sql
+from tierlake.server.exceptions import InvalidArgumentError, TierlakeError
+from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.catalog.spec import CHANGE_TYPE, ENABLED, Column, TieredSpec, data_columns, partition_sql
 
 log = logging.getLogger("tierlake.tables")
 
@@ -74,7 +74,7 @@ def create_tiered_table(spark: Any, config: Any, stream: TablePath, columns: lis
 def prepare_existing(spark: Any, config: Any, stream: TablePath) -> TablePath:
     """``sys.enable_tiering`` on an existing Iceberg table: mark it, add the
     change-type column to primary-key tables, create the lake table."""
-    from server.tiering.round import columns_of
+    from tierlake.server.tiering.round import columns_of
 
     table = iceberg_table(spark, stream.quoted)
     props = {str(k): str(v) for k, v in dict(table.properties()).items()}

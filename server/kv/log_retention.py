@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from server.durations import parse_duration
-from server.session import iceberg_table
-from server.tablepath import TablePath
-from server.tiering import kv
-from server.tiering.planner import MAINTENANCE, lake_position
-from server.tiering.spec import TieredSpec
+from tierlake.server.runtime.durations import parse_duration
+from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.kv import snapshots as kv
+from tierlake.server.changelog.planner import MAINTENANCE, lake_position
+from tierlake.server.catalog.spec import TieredSpec
 
 log = logging.getLogger("tierlake.kv")
 
@@ -49,7 +49,7 @@ class Truncation:
 
 def retention_bound(spark: Any, stream: TablePath, props: dict[str, str], now: datetime) -> int:
     """The highest position whose changelog is no longer needed by the lake or by a KV snapshot."""
-    from server.tiering.leases import Leases
+    from tierlake.server.kv.leases import Leases
 
     lake_name = props.get(LAKE_TABLE_PROPERTY)
     lake = TablePath(*lake_name.split(".", 1)) if lake_name else None

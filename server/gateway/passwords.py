@@ -25,8 +25,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from procedures.roles import ROLES
-from server.exceptions import ConfigError
+from tierlake.procedures.roles import ROLES
+from tierlake.server.exceptions import ConfigError
 
 USER_NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,128}$")
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 16384, 8, 1

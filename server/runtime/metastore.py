@@ -15,9 +15,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-import sql
-from server.config import Config
-from server.exceptions import ConfigError, MigrationError
+from tierlake import sql
+from tierlake.server.runtime.config import Config
+from tierlake.server.exceptions import ConfigError, MigrationError
 
 log = logging.getLogger("tierlake.metastore")
 

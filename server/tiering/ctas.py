@@ -29,13 +29,13 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-import sql
-from server import faults
-from server.exceptions import (InvalidArgumentError, OperationCancelledError, SparkSqlError, SqlSyntaxError,
+from tierlake import sql
+from tierlake.server.runtime import faults
+from tierlake.server.exceptions import (InvalidArgumentError, OperationCancelledError, SparkSqlError, SqlSyntaxError,
                                TableExistsError)
-from server.session import iceberg_table
-from server.smalltable import SmallTable
-from server.tablepath import TablePath
+from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.runtime.state_table import SmallTable
+from tierlake.server.catalog.table_path import TablePath
 
 log = logging.getLogger("tierlake.ctas")
 
@@ -167,7 +167,7 @@ class TwoPhaseCreate:
     """A tiered table created by CTAS, in two phases (FLIP-305's TwoPhaseCatalogTable)."""
 
     def __init__(self, ctx: Any, target: TablePath, properties: dict[str, str], if_not_exists: bool = False):
-        from server.tiering.tables import lake_path
+        from tierlake.server.catalog.tiered_tables import lake_path
 
         self.ctx = ctx
         self.spark = ctx.spark
@@ -193,8 +193,8 @@ class TwoPhaseCreate:
 
     def begin(self, columns: list) -> None:
         """Journal the statement, then stage both tables (empty)."""
-        from server.tiering.spec import TieredSpec
-        from server.tiering.tables import create_lake_table, create_stream_table, stream_properties
+        from tierlake.server.catalog.spec import TieredSpec
+        from tierlake.server.catalog.tiered_tables import create_lake_table, create_stream_table, stream_properties
 
         self.columns = columns
         self.spec = TieredSpec.from_properties(self.properties, columns)
@@ -224,9 +224,9 @@ class TwoPhaseCreate:
         of them into the staged lake table."""
         from pyspark.sql import functions as F
 
-        from server.tiering.planner import plan_round
-        from server.tiering.round import run_round
-        from server.tiering.spec import CHANGE_TYPE
+        from tierlake.server.changelog.planner import plan_round
+        from tierlake.server.tiering.round import run_round
+        from tierlake.server.catalog.spec import CHANGE_TYPE
 
         if self.spec.is_primary_key:
             frame = frame.withColumn(CHANGE_TYPE, F.lit(None).cast("string"))
@@ -250,8 +250,8 @@ class TwoPhaseCreate:
         Losing the race for the name to a concurrent creator aborts, like
         Spark's own atomic CTAS (or is a no-op with IF NOT EXISTS).
         """
-        from procedures.tiering import register_table
-        from server.statemachine import Status
+        from tierlake.procedures.tiering import register_table
+        from tierlake.server.coordinator.state_machine import Status
 
         with _COMMIT_LOCK:
             taken = self.exists()
@@ -314,8 +314,8 @@ def check_query(query: str) -> str:
 def create_table_as(ctx: Any, target: TablePath, query: str, properties: dict[str, str],
                     if_not_exists: bool = False) -> list[tuple]:
     """Run one atomic CTAS of a tiered table; returns the result row(s)."""
-    from server.gateway import operations
-    from server.tiering.round import columns_of
+    from tierlake.server.gateway import operations
+    from tierlake.server.tiering.round import columns_of
 
     spark = ctx.spark
     create = TwoPhaseCreate(ctx, target, properties, if_not_exists)
@@ -399,7 +399,7 @@ def recover(ctx: Any) -> list[dict[str, Any]]:
     One whose coordinator registration exists had passed its commit point; it
     is kept and its journal row completed (``recovered``).
     """
-    from procedures.tiering import coordinator, find_registered
+    from tierlake.procedures.tiering import coordinator, find_registered
 
     spark = ctx.spark
     journal = Journal(spark)

@@ -16,8 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import sql
-from server.exceptions import MigrationError
+from tierlake import sql
+from tierlake.server.exceptions import MigrationError
 
 log = logging.getLogger("tierlake.migrations")
 
@@ -132,7 +132,7 @@ def refresh_procedure_catalog(spark: Any, registry: Any) -> int:
     ]
     # DataFrame write: values are bound, never pasted into SQL text.
     spark.createDataFrame(rows, schema).writeTo("sys.procedure_catalog").overwritePartitions()
-    from procedures.roles import procedure_role
+    from tierlake.procedures.roles import procedure_role
 
     roles = [(p.qualified_name, procedure_role(p.name)) for p in registry]
     role_schema = StructType([StructField("name", StringType()), StructField("role", StringType())])

@@ -23,8 +23,8 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Iterable
 
-from server.durations import format_duration, parse_duration
-from server.exceptions import (
+from tierlake.server.runtime.durations import format_duration, parse_duration
+from tierlake.server.exceptions import (
     FencedEpochError,
     IllegalTransitionError,
     NotAssignedError,

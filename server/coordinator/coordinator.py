@@ -19,10 +19,10 @@ import threading
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
-from server import statemachine as sm
-from server.durations import parse_duration
-from server.smalltable import SmallTable
-from server.statemachine import Policy, Status, TableState
+from tierlake.server.coordinator import state_machine as sm
+from tierlake.server.runtime.durations import parse_duration
+from tierlake.server.runtime.state_table import SmallTable
+from tierlake.server.coordinator.state_machine import Policy, Status, TableState
 
 log = logging.getLogger("tierlake.coordinator")
 

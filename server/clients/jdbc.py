@@ -15,7 +15,7 @@ import ssl
 from pathlib import Path
 from urllib.parse import urlparse
 
-from server.exceptions import ConfigError, TierlakeError
+from tierlake.server.exceptions import ConfigError, TierlakeError
 
 PASSWORD_ENV = "TIERLAKE_PASSWORD"
 

@@ -6,11 +6,11 @@ import logging
 import time
 from typing import Callable
 
-from procedures.registry import Context, Registry
-from server.ddl import parse_tiered_create, parse_tiering_alter
-from server.exceptions import SparkSqlError, SqlSyntaxError, TableExistsError, TierlakeError
-from server.gateway.callparse import is_sys_call, parse_call
-from server.gateway.protocol import LocalResult, SessionInfo
+from tierlake.procedures.registry import Context, Registry
+from tierlake.server.gateway.ddl import parse_tiered_create, parse_tiering_alter
+from tierlake.server.exceptions import SparkSqlError, SqlSyntaxError, TableExistsError, TierlakeError
+from tierlake.server.gateway.callparse import is_sys_call, parse_call
+from tierlake.server.gateway.protocol import LocalResult, SessionInfo
 
 log = logging.getLogger("tierlake.calls")
 
@@ -82,10 +82,10 @@ class CallHandler:
         """``ALTER TABLE … SET TBLPROPERTIES ('table.datalake.…' = …)``: check the
         values, run the statement, and reschedule the table at once (a shorter
         freshness must not wait for the end of the current interval)."""
-        from procedures.tiering import rescheduler
-        from server.durations import parse_duration
-        from server.statemachine import FRESHNESS_PROPERTY
-        from server.tiering.spec import QUALITY, quality_mode
+        from tierlake.procedures.tiering import rescheduler
+        from tierlake.server.runtime.durations import parse_duration
+        from tierlake.server.coordinator.state_machine import FRESHNESS_PROPERTY
+        from tierlake.server.catalog.spec import QUALITY, quality_mode
 
         path, properties = parse_tiering_alter(statement)
         for key in (FRESHNESS_PROPERTY, "table.datalake.tiering.max-round-duration"):
@@ -101,15 +101,15 @@ class CallHandler:
 
     def create_tiered(self, statement: str, user: str | None = None) -> LocalResult:
         """``CREATE TABLE … TBLPROPERTIES('table.datalake.enabled'='true')``."""
-        from procedures.tiering import register_table
-        from server.statemachine import Status
-        from server.tiering.tables import create_tiered_table
+        from tierlake.procedures.tiering import register_table
+        from tierlake.server.coordinator.state_machine import Status
+        from tierlake.server.catalog.tiered_tables import create_tiered_table
 
         ctx = self.context_factory(user)
         create = parse_tiered_create(statement)
         columns = [("table_id", "bigint"), ("table_path", "string"), ("lake_table", "string"), ("status", "string")]
         if create.as_select is not None:
-            from server.ctas import RESULT_COLUMNS, create_table_as
+            from tierlake.server.tiering.ctas import RESULT_COLUMNS, create_table_as
 
             if create.columns:
                 raise SqlSyntaxError("CREATE TABLE … AS SELECT takes its columns from the query; remove the column list")

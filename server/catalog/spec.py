@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from server.exceptions import InvalidArgumentError
+from tierlake.server.exceptions import InvalidArgumentError
 
 ENABLED = "table.datalake.enabled"
 PRIMARY_KEY = "primary-key"
@@ -89,7 +89,7 @@ def quality_mode(value: str | None) -> str:
 
 def partition_sql(transform: str) -> str:
     """A validated transform rebuilt with a quoted column: ``days(ts)`` → ``days(`ts`)``."""
-    import sql
+    from tierlake import sql
 
     m = _TRANSFORM.match(transform)
     if not m:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import sql
+from tierlake import sql
 
 T_CALL = "templates/call.sql.j2"
 
@@ -17,7 +17,7 @@ class LocalClient:
         self.server = server
 
     def call(self, procedure: str, **arguments: Any) -> list[tuple]:
-        from procedures.types import SqlMap, SqlStruct
+        from tierlake.procedures.types import SqlMap, SqlStruct
 
         def convert(value):
             if isinstance(value, list):
@@ -37,14 +37,14 @@ class JdbcClient:
 
     def __init__(self, url: str, user: str = "tiering-service", password: str | None = None,
                  ca_file: str | None = None):
-        from server.jdbc import parse_jdbc_url
+        from tierlake.server.clients.jdbc import parse_jdbc_url
 
         parse_jdbc_url(url)  # a bad URL fails here, not in the first heartbeat
         self.url, self.user, self.password, self.ca_file = url, user, password, ca_file
         self._local = threading.local()
 
     def _cursor(self):
-        from server.jdbc import connect
+        from tierlake.server.clients.jdbc import connect
 
         if getattr(self._local, "conn", None) is None:
             self._local.conn = connect(self.url, self.user, self.password, self.ca_file)

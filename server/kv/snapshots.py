@@ -27,13 +27,13 @@ from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import Any
 
-import sql
-from server.exceptions import InvalidArgumentError, NoSuchTableError, TieringGuardError
-from server.session import iceberg_table
-from server.smalltable import SmallTable
-from server.tablepath import TablePath
-from server.tiering.planner import LOG_START, summary
-from server.tiering.spec import CHANGE_TYPE, TieredSpec, data_columns
+from tierlake import sql
+from tierlake.server.exceptions import InvalidArgumentError, NoSuchTableError, TieringGuardError
+from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.runtime.state_table import SmallTable
+from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.changelog.planner import LOG_START, summary
+from tierlake.server.catalog.spec import CHANGE_TYPE, TieredSpec, data_columns
 
 log = logging.getLogger("tierlake.kv")
 
@@ -182,8 +182,8 @@ def kv_table_of(props: dict[str, str]) -> TablePath | None:
 
 
 def _ensure_kv_table(spark: Any, stream: TablePath, props: dict[str, str], spec: TieredSpec) -> TablePath:
-    from server.tiering.round import columns_of
-    from server.tiering.tables import create_lake_table
+    from tierlake.server.tiering.round import columns_of
+    from tierlake.server.catalog.tiered_tables import create_lake_table
 
     kv = kv_table_of(props)
     if kv is not None and spark.catalog.tableExists(kv.quoted):
@@ -220,7 +220,7 @@ def take_snapshot(spark: Any, stream: TablePath, catalog: KvCatalog | None = Non
 
     Nothing new since the newest snapshot → that one, ``created = False``.
     """
-    from server.tiering.round import T_PK_MERGE, T_STREAM_FILES, columns_of, sync_lake_schema, with_commit_properties
+    from tierlake.server.tiering.round import T_PK_MERGE, T_STREAM_FILES, columns_of, sync_lake_schema, with_commit_properties
 
     catalog = catalog or KvCatalog(spark)
     with table_lock(stream):
@@ -297,7 +297,7 @@ def expire(spark: Any, stream: TablePath, retain: int, now: datetime | None = No
     ``expired``. Expired leases of the table are removed as well; they no
     longer protect anything.
     """
-    from server.tiering.leases import Leases
+    from tierlake.server.kv.leases import Leases
 
     if retain < 1:
         raise InvalidArgumentError(f"retain must be at least 1 (the newest snapshot is always kept), got {retain}")

@@ -22,7 +22,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from server.exceptions import JarResolutionError
+from tierlake.server.exceptions import JarResolutionError
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""Tiered tables in the catalog: table paths, tiering properties, creating stream and lake tables."""

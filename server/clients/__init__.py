@@ -1,0 +1,1 @@
+"""Clients of a tierlake server: JDBC connections, the procedure client, table formatting."""

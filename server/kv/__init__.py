@@ -1,0 +1,1 @@
+"""KV snapshots of primary-key tables, snapshot leases and log retention."""

@@ -1,0 +1,1 @@
+"""Bootstrap and process runtime: configuration, the SparkSession, jars, metastore, migrations, logging, fault points."""
