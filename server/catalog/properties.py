@@ -152,7 +152,7 @@ def raw(props: dict[str, str], key: str, config: Any = None) -> str | None:
         from tierlake.server.runtime import settings
 
         setting = settings.lookup(prop.setting)
-        return config.get(prop.setting) if config is not None else setting.default
+        return config.get(prop.setting, setting.default) if config is not None else setting.default
     return prop.default
 
 

@@ -142,6 +142,7 @@ def test_table_property_defaults_resolve_settings_and_fallbacks():
     assert properties.read({}, properties.CHUNK_ROWS, config) == 7
     assert properties.read({properties.CHUNK_ROWS: "3"}, properties.CHUNK_ROWS, config) == 3
     assert properties.read({}, properties.NUM_RETAINED) == 2
+    assert properties.read({}, properties.NUM_RETAINED, Config(home=Path("."))) == 2
     assert properties.read({}, properties.MAX_ROUND).total_seconds() == 60
     assert properties.read({properties.FRESHNESS_PROPERTY: "5 s"}, properties.MAX_ROUND).total_seconds() == 5
     assert properties.read({}, properties.LOG_TTL) is None
