@@ -12,7 +12,6 @@ from tierlake.procedures.registry import Context, Registry, load_builtins, regis
 from tierlake.server.runtime import migrations
 from tierlake.server.runtime.config import Config
 from tierlake.server.coordinator.coordinator import Coordinator
-from tierlake.server.runtime.durations import parse_duration
 from tierlake.server.exceptions import ConfigError
 from tierlake.server.gateway.handler import CallHandler
 from tierlake.server.runtime.session import HomeLock, build_spark, free_port, start_metastore_service, start_thrift_server
@@ -29,9 +28,9 @@ def gateway_from_config(config: Config, handler: Any, backend_port: int, registr
     from tierlake.server.gateway.server import Gateway
     from tierlake.server.gateway.passwords import PasswordFile
 
-    host = config.get("tierlake.gateway.host")
-    password_file = (config.get("tierlake.gateway.password-file") or "").strip()
-    auth = (config.get("tierlake.gateway.auth") or "PLAIN").upper()
+    host = config.text("tierlake.gateway.host")
+    password_file = config.text("tierlake.gateway.password-file")
+    auth = config.choice("tierlake.gateway.auth")
     if password_file and auth == "NOSASL":
         raise ConfigError("tierlake.gateway.auth=NOSASL cannot check passwords; "
                           "use PLAIN with tierlake.gateway.password-file")
@@ -45,16 +44,16 @@ def gateway_from_config(config: Config, handler: Any, backend_port: int, registr
             log.warning("development mode (no tierlake.gateway.password-file) on %s: anyone who can reach "
                         "the gateway may do everything", host)
     context = None
-    certfile = (config.get("tierlake.gateway.ssl.certfile") or "").strip()
+    certfile = config.text("tierlake.gateway.ssl.certfile")
     if certfile:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         try:
-            context.load_cert_chain(certfile, (config.get("tierlake.gateway.ssl.keyfile") or "").strip() or None)
+            context.load_cert_chain(certfile, config.text("tierlake.gateway.ssl.keyfile") or None)
         except (OSError, ssl.SSLError) as e:
             raise ConfigError(f"cannot load the gateway's TLS certificate {certfile}: {e}") from None
     try:
-        return Gateway(host=host, port=config.get_int("tierlake.gateway.port"), backend_host="127.0.0.1",
+        return Gateway(host=host, port=config.int("tierlake.gateway.port"), backend_host="127.0.0.1",
                        backend_port=backend_port, handler=handler, auth=auth, authorizer=authorizer,
                        ssl_context=context)
     except ValueError as e:
@@ -63,7 +62,7 @@ def gateway_from_config(config: Config, handler: Any, backend_port: int, registr
 
 def load_extensions(config: Config) -> list[str]:
     """Import the modules named in ``tierlake.extensions`` (comma-separated)."""
-    names = [n.strip() for n in (config.get("tierlake.extensions") or "").split(",") if n.strip()]
+    names = config.items("tierlake.extensions")
     for name in names:
         try:
             importlib.import_module(name)
@@ -93,7 +92,7 @@ class Server:
     @property
     def jdbc_url(self) -> str:
         tls = ";ssl=true" if self.gateway.ssl_context is not None else ""
-        return f"jdbc:hive2://{self.config.get('tierlake.gateway.host')}:{self.gateway.port}/default{tls}"
+        return f"jdbc:hive2://{self.config.text('tierlake.gateway.host')}:{self.gateway.port}/default{tls}"
 
     def context(self, user: str | None = None) -> Context:
         return Context(spark=self.spark, config=self.config, user=user, extras={"server": self})
@@ -104,7 +103,7 @@ class Server:
         try:
             load_builtins()
             load_extensions(self.config)
-            self.thrift_port = self.config.get_int("tierlake.thrift.internal-port", 0) or free_port()
+            self.thrift_port = self.config.int("tierlake.thrift.internal-port") or free_port()
             # Built (not started) before Spark: a bad password file or certificate fails fast.
             self.gateway = gateway_from_config(self.config, CallHandler(self.registry, self.context),
                                                self.thrift_port, self.registry)
@@ -118,18 +117,16 @@ class Server:
             )
             self.coordinator = Coordinator(self.spark, self.config)
             self._recover_ctas()
-            self.coordinator.start_ticker(
-                parse_duration(self.config.get("tierlake.coordinator.interval", "5 s"), "tierlake.coordinator.interval")
-            )
+            self.coordinator.start_ticker(self.config.duration("tierlake.coordinator.interval"))
             self.thrift_server = start_thrift_server(self.spark)
-            metastore_port = self.config.get("tierlake.metastore.port") or ""
-            if metastore_port.strip():
-                port = start_metastore_service(self.spark, self.config, int(metastore_port))
+            metastore_port = self.config.int("tierlake.metastore.port")
+            if metastore_port is not None:
+                port = start_metastore_service(self.spark, self.config, metastore_port)
                 self.metastore_uri = f"thrift://127.0.0.1:{port}"
             self._start_gateway()
             from tierlake.server.tiering.worker import start_workers
 
-            self.workers = start_workers(self, self.config.get_int("tierlake.tiering.workers", 1))
+            self.workers = start_workers(self, self.config.int("tierlake.tiering.workers"))
             from tierlake.server.kv.maintenance import KvMaintenance
 
             self.kv_maintenance = KvMaintenance(self)

@@ -64,9 +64,9 @@ def _tiering_service(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     from tierlake.server.clients.jdbc import resolve_password
 
-    password = resolve_password(args.password, config.get("tierlake.client.password-file"))
+    password = resolve_password(args.password, config.text("tierlake.client.password-file"))
     service = TieringService(config, args.url, args.user, password,
-                             ca_file=args.ca_file or config.get("tierlake.client.ssl.ca-file") or None)
+                             ca_file=args.ca_file or config.text("tierlake.client.ssl.ca-file") or None)
     try:
         service.start(args.workers)
     except TierlakeError as e:
@@ -91,7 +91,7 @@ def _passwd(args: argparse.Namespace) -> int:
     path = args.file
     if not path:
         config = Config.load(home=args.home, config_file=args.config, conf=parse_conf_args(args.conf))
-        path = (config.get("tierlake.gateway.password-file") or "").strip()
+        path = config.text("tierlake.gateway.password-file")
     if not path:
         print("tierlake: no password file: give --file or set tierlake.gateway.password-file", file=sys.stderr)
         return 2

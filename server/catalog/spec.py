@@ -7,18 +7,25 @@ from dataclasses import dataclass, field
 
 from tierlake.server.exceptions import InvalidArgumentError
 
-ENABLED = "table.datalake.enabled"
-PRIMARY_KEY = "primary-key"
-BUCKETS = "bucket.num"
-SEQUENCE_BY = "sequence-by"
-LAKE_PARTITION = "table.datalake.partition"
-MAX_ROUND = "table.datalake.tiering.max-round-duration"
-CHUNK_ROWS = "table.datalake.tiering.chunk-rows"
-QUALITY = "table.datalake.quality"
-QUALITY_MODES = ("off", "warn", "block")
+from tierlake.server.catalog.properties import (  # the keys' one definition; re-exported for callers
+    BUCKETS,
+    CHUNK_ROWS,
+    DEFAULT_BUCKETS,
+    ENABLED,
+    LAKE_PARTITION,
+    MAX_ROUND,
+    PRIMARY_KEY,
+    QUALITY,
+    QUALITY_MODES,
+    SEQUENCE_BY,
+)
+
+__all__ = ["BUCKETS", "CHUNK_ROWS", "DEFAULT_BUCKETS", "ENABLED", "LAKE_PARTITION", "MAX_ROUND", "PRIMARY_KEY",
+           "QUALITY", "QUALITY_MODES", "SEQUENCE_BY", "CHANGE_TYPE", "CHANGE_TYPES", "Column", "TieredSpec",
+           "quality_mode", "partition_sql", "data_columns"]
+
 CHANGE_TYPE = "_change_type"
 CHANGE_TYPES = ("+I", "-U", "+U", "-D")
-DEFAULT_BUCKETS = 4
 _TRANSFORM = re.compile(r"^\s*(years|months|days|hours|identity|bucket|truncate)\s*\((.*)\)\s*$|^\s*([A-Za-z_]\w*)\s*$", re.I)
 
 

@@ -8,8 +8,10 @@ from typing import Any
 from tierlake import sql
 from tierlake.server.exceptions import InvalidArgumentError, TierlakeError
 from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.catalog.properties import ENABLED, FORMAT_VERSION, LAKE_TABLE_PROPERTY
 from tierlake.server.catalog.table_path import TablePath
-from tierlake.server.catalog.spec import CHANGE_TYPE, ENABLED, Column, TieredSpec, data_columns, partition_sql
+from tierlake.server.catalog.spec import CHANGE_TYPE, Column, TieredSpec, data_columns, partition_sql
+from tierlake.server.runtime.config import Config
 
 log = logging.getLogger("tierlake.tables")
 
@@ -17,11 +19,11 @@ T_CREATE_STREAM = "templates/create_stream_table.sql.j2"
 T_CREATE_LAKE = "templates/create_lake_table.sql.j2"
 T_CREATE_DATABASE = "templates/create_database.sql.j2"
 T_DROP_TABLE = "templates/drop_table.sql.j2"
-LAKE_TABLE_PROPERTY = "tierlake.lake-table"
 
 
-def lake_path(config: Any, stream: TablePath) -> TablePath:
-    suffix = config.get("tierlake.lake.database-suffix", "_lake") if config is not None else "_lake"
+def lake_path(config: Config | None, stream: TablePath) -> TablePath:
+    """Where the lake table of ``stream`` lives: ``<db><tierlake.lake.database-suffix>.<table>``."""
+    suffix = (config or Config.defaults()).text("tierlake.lake.database-suffix")
     return TablePath(stream.database + suffix, stream.table)
 
 
@@ -39,7 +41,7 @@ def create_lake_table(spark: Any, stream: TablePath, lake: TablePath, columns: l
 
 def stream_properties(properties: dict[str, str], lake: TablePath) -> dict[str, str]:
     props = dict(properties)
-    props.setdefault("format-version", "2")
+    props.setdefault(FORMAT_VERSION, "2")
     props[LAKE_TABLE_PROPERTY] = str(lake)
     return props
 

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
 from tierlake.server.coordinator import state_machine as sm
-from tierlake.server.runtime.durations import parse_duration
+from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.state_table import SmallTable
 from tierlake.server.coordinator.state_machine import Policy, Status, TableState
 
@@ -42,15 +42,12 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def policy_from_config(config: Any) -> Policy:
-    get = (lambda k, d: config.get(k, d)) if config is not None else (lambda k, d: d)
+def policy_from_config(config: Config | None) -> Policy:
+    config = config or Config.defaults()
     return Policy(
-        heartbeat_timeout=parse_duration(get("tierlake.tiering.heartbeat-timeout", "2 min"),
-                                         "tierlake.tiering.heartbeat-timeout"),
-        retry_backoff=parse_duration(get("tierlake.tiering.retry-backoff", "5 s"),
-                                     "tierlake.tiering.retry-backoff"),
-        retry_backoff_max=parse_duration(get("tierlake.tiering.retry-backoff-max", "5 min"),
-                                         "tierlake.tiering.retry-backoff-max"),
+        heartbeat_timeout=config.duration("tierlake.tiering.heartbeat-timeout"),
+        retry_backoff=config.duration("tierlake.tiering.retry-backoff"),
+        retry_backoff_max=config.duration("tierlake.tiering.retry-backoff-max"),
     )
 
 

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Iterable
 
+from tierlake.server.catalog.properties import DEFAULT_FRESHNESS, FRESHNESS_PROPERTY
 from tierlake.server.runtime.durations import format_duration, parse_duration
 from tierlake.server.exceptions import (
     FencedEpochError,
@@ -33,8 +34,6 @@ from tierlake.server.exceptions import (
 )
 
 MAX_ERROR_CHARS = 2048
-FRESHNESS_PROPERTY = "table.datalake.freshness"
-DEFAULT_FRESHNESS = "1 min"
 
 
 class Status(str, Enum):

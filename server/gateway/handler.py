@@ -84,11 +84,11 @@ class CallHandler:
         freshness must not wait for the end of the current interval)."""
         from tierlake.procedures.tiering import rescheduler
         from tierlake.server.runtime.durations import parse_duration
-        from tierlake.server.coordinator.state_machine import FRESHNESS_PROPERTY
-        from tierlake.server.catalog.spec import QUALITY, quality_mode
+        from tierlake.server.catalog.properties import FRESHNESS_PROPERTY, MAX_ROUND, QUALITY
+        from tierlake.server.catalog.spec import quality_mode
 
         path, properties = parse_tiering_alter(statement)
-        for key in (FRESHNESS_PROPERTY, "table.datalake.tiering.max-round-duration"):
+        for key in (FRESHNESS_PROPERTY, MAX_ROUND):
             if key in properties:
                 parse_duration(properties[key], key)
         if QUALITY in properties:

@@ -10,48 +10,26 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from tierlake.server.exceptions import ConfigError
+from tierlake.server.runtime import settings
 
-DEFAULTS: dict[str, str] = {
-    "tierlake.gateway.host": "127.0.0.1",
-    "tierlake.gateway.port": "10000",
-    "tierlake.gateway.auth": "PLAIN",
-    "tierlake.gateway.password-file": "",
-    "tierlake.gateway.ssl.certfile": "",
-    "tierlake.gateway.ssl.keyfile": "",
-    "tierlake.client.password-file": "",
-    "tierlake.client.ssl.ca-file": "",
-    "tierlake.master": "local[*]",
-    "tierlake.extensions": "",
-    "tierlake.thrift.internal-port": "0",
-    "tierlake.lake.database-suffix": "_lake",
-    "tierlake.tiering.heartbeat-timeout": "2 min",
-    "tierlake.tiering.retry-backoff": "5 s",
-    "tierlake.tiering.retry-backoff-max": "5 min",
-    "tierlake.coordinator.interval": "5 s",
-    "tierlake.tiering.workers": "1",
-    "tierlake.metastore.port": "",
-    "tierlake.metastore.url": "",
-    "tierlake.metastore.user": "",
-    "tierlake.metastore.driver-jar": "",
-    "tierlake.tiering.poll-interval": "1 s",
-    "tierlake.tiering.chunk-rows": "5000000",
-    "tierlake.kv.snapshot.interval": "10 min",
-    "tierlake.kv.snapshot.num-retained": "2",
-    "tierlake.kv.maintenance-interval": "1 min",
-    "tierlake.quality.sample-size": "10",
-    "spark.sql.shuffle.partitions": "4",
-    "spark.ui.enabled": "false",
-}
+# The built-in defaults as config text (``SETTINGS`` plus tierlake's Spark defaults).
+DEFAULTS: dict[str, str] = settings.defaults()
 
 CONFIG_FILE_NAME = "tierlake.conf"
 
 
 def parse_conf_file(path: Path) -> dict[str, str]:
     """Parse a spark-defaults style file."""
-    out: dict[str, str] = {}
+    return {key: value for key, value, _ in _conf_file_lines(path)}
+
+
+def _conf_file_lines(path: Path) -> list[tuple[str, str, int]]:
+    out: list[tuple[str, str, int]] = []
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
@@ -63,7 +41,7 @@ def parse_conf_file(path: Path) -> dict[str, str]:
         key, value = _split(line)
         if not key:
             raise ConfigError(f"{path}:{lineno}: expected 'key value' or 'key=value', got {raw!r}")
-        out[key] = value
+        out.append((key, value, lineno))
     return out
 
 
@@ -92,9 +70,30 @@ def default_home() -> Path:
     return Path(os.environ.get("TIERLAKE_HOME", ".tierlake"))
 
 
+def check_keys(values: dict[str, str], source: str, lines: dict[str, int] | None = None) -> None:
+    """Refuse an unknown ``tierlake.*`` key and a badly typed value; ``source`` says where they came from."""
+    for key, raw in values.items():
+        if not key.startswith(settings.PREFIX):
+            continue
+        where = f"{source}:{lines[key]}" if lines and key in lines else source
+        if key not in settings.BY_KEY:
+            raise ConfigError(f"{where}: unknown setting {key}{settings.did_you_mean(key)} "
+                              "(the settings are listed in docs/configuration.md)")
+        try:
+            settings.BY_KEY[key].parse(raw)
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e.message}") from None
+
+
 @dataclass
 class Config:
-    """Resolved configuration of one server (or tiering-service) process."""
+    """Resolved configuration of one server (or tiering-service) process.
+
+    ``tierlake.*`` settings are read through the typed accessors
+    (:meth:`setting`, :meth:`text`, :meth:`int`, :meth:`duration`, ...),
+    which take their defaults from :data:`settings.SETTINGS`; ``get`` is for
+    ``spark.*`` and other pass-through keys.
+    """
 
     home: Path
     values: dict[str, str] = field(default_factory=dict)
@@ -112,26 +111,65 @@ class Config:
         values = dict(DEFAULTS)
         file_path = Path(config_file) if config_file else home_path / CONFIG_FILE_NAME
         if config_file or file_path.exists():
-            values.update(parse_conf_file(file_path))
+            lines = _conf_file_lines(file_path)
+            from_file = {key: value for key, value, _ in lines}
+            check_keys(from_file, str(file_path), {key: lineno for key, _, lineno in lines})
+            values.update(from_file)
+        check_keys(conf or {}, "--conf")
         values.update(conf or {})
-        for key, value in flags.items():
-            if value is not None:
-                values[f"tierlake.{key.replace('_', '.')}"] = str(value)
+        from_flags = {f"tierlake.{key.replace('_', '.')}": str(value)
+                      for key, value in flags.items() if value is not None}
+        check_keys(from_flags, "command line")
+        values.update(from_flags)
         return cls(home=home_path, values=values)
 
+    @classmethod
+    def defaults(cls) -> "Config":
+        """The built-in configuration, for code called without one (tests, tools)."""
+        return cls(home=default_home(), values=dict(DEFAULTS))
+
     def get(self, key: str, default: str | None = None) -> str | None:
+        """The raw text of ``key`` (``spark.*`` and pass-through keys); a
+        ``tierlake.*`` key must be registered."""
+        if key.startswith(settings.PREFIX):
+            settings.lookup(key)
         return self.values.get(key, default)
 
-    def get_int(self, key: str, default: int | None = None) -> int:
-        raw = self.values.get(key)
-        if raw is None:
-            if default is None:
-                raise ConfigError(f"missing configuration {key}")
-            return default
-        try:
-            return int(raw)
-        except ValueError:
-            raise ConfigError(f"{key} must be an integer, got {raw!r}") from None
+    def setting(self, key: str) -> Any:
+        """The typed value of a registered setting: its value here, else its default."""
+        setting = settings.lookup(key)
+        return setting.parse(self.values.get(key, setting.default))
+
+    def text(self, key: str) -> str:
+        """A str/path setting, stripped; ``""`` when empty or unset."""
+        value = self._typed(key, ("str", "path", "secret"))
+        return (value or "").strip()
+
+    def int(self, key: str) -> int | None:
+        """An integer setting; ``None`` when an optional one is empty."""
+        return self._typed(key, ("int",))
+
+    def duration(self, key: str) -> timedelta:
+        return self._typed(key, ("duration",))
+
+    def seconds(self, key: str) -> float:
+        return self.duration(key).total_seconds()
+
+    def flag(self, key: str) -> bool:
+        return bool(self._typed(key, ("bool",)))
+
+    def choice(self, key: str) -> str:
+        return self._typed(key, ("choice",))
+
+    def items(self, key: str) -> list[str]:
+        """A comma-separated list setting."""
+        return self._typed(key, ("list",))
+
+    def _typed(self, key: str, types: tuple[str, ...]) -> Any:
+        setting = settings.lookup(key)
+        if setting.type not in types:
+            raise settings.UnregisteredSettingError(f"{key} is a {setting.type} setting, not {'/'.join(types)}")
+        return self.setting(key)
 
     def spark_conf(self) -> dict[str, str]:
         return {k: v for k, v in self.values.items() if k.startswith("spark.")}

@@ -84,7 +84,7 @@ def metastore_db(config: Config) -> MetastoreDb:
     ``tierlake.metastore.url`` wins over the plain JDO key; neither means the
     embedded Derby database under ``$TIERLAKE_HOME``.
     """
-    url = (config.get("tierlake.metastore.url") or "").strip() or (config.get(JDO + "ConnectionURL") or "").strip()
+    url = config.text("tierlake.metastore.url") or (config.get(JDO + "ConnectionURL") or "").strip()
     if not url or url.startswith("jdbc:derby:"):
         return MetastoreDb(url or derby_url(config), "org.apache.derby.jdbc.EmbeddedDriver")
     if not url.startswith("jdbc:postgresql:"):
@@ -92,11 +92,11 @@ def metastore_db(config: Config) -> MetastoreDb:
             f"unsupported metastore database {url.split('//')[0]!r}: tierlake.metastore.url takes "
             "jdbc:postgresql://HOST:PORT/DATABASE (or leave it empty for the embedded Derby metastore)"
         )
-    user = (config.get("tierlake.metastore.user") or config.get(JDO + "ConnectionUserName") or "").strip()
-    password = config.get("tierlake.metastore.password")
+    user = (config.text("tierlake.metastore.user") or config.get(JDO + "ConnectionUserName") or "").strip()
+    password = config.setting("tierlake.metastore.password")
     if password is None:
         password = config.get(JDO + "ConnectionPassword")
-    jar = (config.get("tierlake.metastore.driver-jar") or "").strip()
+    jar = config.text("tierlake.metastore.driver-jar")
     if not jar:
         jar = next((j for j in POSTGRES_JARS if os.path.exists(j)), "")
         if not jar:

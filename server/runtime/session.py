@@ -135,7 +135,7 @@ def build_spark(config: Config, thrift_port: int, owns_metastore: bool = True) -
     # Executors of a cluster master start Python workers with this
     # interpreter; the default "python3" may lack pyspark.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.master(config.get("tierlake.master", "local[*]"))
+    builder = SparkSession.builder.master(config.text("tierlake.master"))
     for key, value in spark_settings(config, thrift_port).items():
         builder = builder.config(key, value)
     spark = builder.enableHiveSupport().getOrCreate()

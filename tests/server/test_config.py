@@ -26,8 +26,19 @@ def test_bad_values_are_clear(tmp_path):
     (tmp_path / "bad.conf").write_text("lonely\n")
     with pytest.raises(ConfigError, match="bad.conf:1"):
         Config.load(home=tmp_path, config_file=tmp_path / "bad.conf")
-    cfg = Config.load(home=tmp_path, conf={"tierlake.gateway.port": "abc"})
-    with pytest.raises(ConfigError, match="must be an integer"):
-        cfg.get_int("tierlake.gateway.port")
+    with pytest.raises(ConfigError, match="--conf: tierlake.gateway.port must be an integer"):
+        Config.load(home=tmp_path, conf={"tierlake.gateway.port": "abc"})
     with pytest.raises(ConfigError, match="cannot read config file"):
         Config.load(home=tmp_path, config_file=tmp_path / "missing.conf")
+
+
+def test_typed_accessors_take_registry_defaults(tmp_path):
+    cfg = Config.load(home=tmp_path, conf={"tierlake.tiering.poll-interval": "0.2 s", "tierlake.gateway.auth": "nosasl"})
+    assert cfg.duration("tierlake.tiering.poll-interval").total_seconds() == 0.2
+    assert cfg.duration("tierlake.coordinator.interval").total_seconds() == 5
+    assert cfg.int("tierlake.tiering.workers") == 1
+    assert cfg.int("tierlake.metastore.port") is None
+    assert cfg.choice("tierlake.gateway.auth") == "NOSASL"
+    assert cfg.text("tierlake.lake.database-suffix") == "_lake"
+    assert cfg.setting("tierlake.metastore.password") is None
+    assert Config(home=tmp_path).int("tierlake.gateway.port") == 10000  # values without the defaults

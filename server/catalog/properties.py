@@ -1,0 +1,210 @@
+"""Every table property and commit property tierlake reads or writes, in one
+registry (pyiceberg's ``TableProperties`` style).
+
+Modules import the key constants from here, so each key is spelled once. A
+property either belongs to users (set in ``CREATE TABLE … TBLPROPERTIES`` or
+``ALTER TABLE … SET TBLPROPERTIES``) or is ``internal`` bookkeeping tierlake
+sets itself; ``table`` says which table carries it (the stream table, its
+lake table or its KV table). Some defaults are a server setting or another
+property: :func:`read` resolves them. docs/configuration.md renders both
+tables (``python -m tierlake.server.runtime.settings --write``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tierlake.server.exceptions import InvalidArgumentError
+
+# ---- user-facing properties of a stream table -------------------------------
+ENABLED = "table.datalake.enabled"
+PRIMARY_KEY = "primary-key"
+BUCKETS = "bucket.num"
+SEQUENCE_BY = "sequence-by"
+FRESHNESS_PROPERTY = "table.datalake.freshness"
+LAKE_PARTITION = "table.datalake.partition"
+MAX_ROUND = "table.datalake.tiering.max-round-duration"
+CHUNK_ROWS = "table.datalake.tiering.chunk-rows"
+QUALITY = "table.datalake.quality"
+LOG_TTL = "table.log.ttl"
+SNAPSHOT_INTERVAL = "kv.snapshot.interval"
+NUM_RETAINED = "kv.snapshot.num-retained"
+# ---- tierlake's bookkeeping --------------------------------------------------
+LAKE_TABLE_PROPERTY = "tierlake.lake-table"
+KV_TABLE_PROPERTY = "tierlake.kv-table"
+LOG_START_PROPERTY = "tierlake.log.start-position"
+STREAM_TABLE_PROPERTY = "tierlake.stream-table"
+KV_OF_PROPERTY = "tierlake.kv-table-of"
+# ---- Iceberg's own properties tierlake sets ----------------------------------
+FORMAT_VERSION = "format-version"
+WRITE_MERGE_MODE = "write.merge.mode"
+WRITE_UPDATE_MODE = "write.update.mode"
+WRITE_DELETE_MODE = "write.delete.mode"
+MAX_SNAPSHOT_AGE = "history.expire.max-snapshot-age-ms"
+# ---- commit (snapshot summary) properties ------------------------------------
+SOURCE_POSITION = "tiering.source-position"
+SOURCE_SNAPSHOT = "tiering.source-snapshot-id"
+TIERING_TABLE_ID = "tiering.table-id"
+TIERING_EPOCH = "tiering.epoch"
+TIERING_JOB_ID = "tiering.job-id"
+COMMIT_USER = "commit-user"
+MAINTENANCE = "tierlake.maintenance"
+KV_POSITION = "tierlake.kv.log-position"
+KV_STREAM_SNAPSHOT = "tierlake.kv.stream-snapshot-id"
+
+DEFAULT_BUCKETS = 4
+DEFAULT_FRESHNESS = "1 min"
+QUALITY_MODES = ("off", "warn", "block")
+# Properties of a stream table the coordinator keeps a copy of (freshness may change with ALTER TABLE).
+TIERING_PROPERTY_PREFIXES = ("table.", PRIMARY_KEY, BUCKETS, SEQUENCE_BY)
+
+
+@dataclass(frozen=True)
+class Property:
+    key: str
+    default: str | None
+    type: str  # str, int, bool, duration, choice, columns, table, position, transforms
+    help: str
+    table: str = "stream"  # which table carries it: stream, lake, kv (commit properties: the snapshot's table)
+    internal: bool = False  # set by tierlake, not by users
+    setting: str | None = None  # unset, it defaults to this server setting
+    fallback: str | None = None  # unset, it defaults to this property
+    choices: tuple[str, ...] = ()
+
+
+TABLE_PROPERTIES: tuple[Property, ...] = (
+    Property(ENABLED, None, "bool", "`'true'` makes the table tiered"),
+    Property(PRIMARY_KEY, None, "columns", "comma-separated key columns; unset, the table is a log table"),
+    Property(BUCKETS, str(DEFAULT_BUCKETS), "int", "buckets of a primary-key stream/lake table (1–1024)"),
+    Property(SEQUENCE_BY, None, "column", "orders changes to one key within a commit"),
+    Property(FRESHNESS_PROPERTY, DEFAULT_FRESHNESS, "duration",
+             "how stale the lake may get; `ALTER TABLE … SET TBLPROPERTIES` through the gateway checks the "
+             "value and reschedules at once"),
+    Property(LAKE_PARTITION, None, "transforms", "lake table partition transforms, e.g. `days(ts), bucket(4, id)`"),
+    Property(MAX_ROUND, None, "duration",
+             "a round that reaches it commits what it has and reports force-finished", fallback=FRESHNESS_PROPERTY),
+    Property(CHUNK_ROWS, None, "int", "rows per lake commit within a round", setting="tierlake.tiering.chunk-rows"),
+    Property(QUALITY, "off", "choice", "data-quality checks of each round; checked on `CREATE`/`ALTER TABLE`",
+             choices=QUALITY_MODES),
+    Property(LOG_TTL, None, "duration",
+             "log retention: changelog older than this is removed once tiered and covered by a KV snapshot"),
+    Property(SNAPSHOT_INTERVAL, None, "duration", "periodic KV snapshots (primary-key tables); `0` = only on demand",
+             setting="tierlake.kv.snapshot.interval"),
+    Property(NUM_RETAINED, None, "int", "KV snapshots kept besides leased ones",
+             setting="tierlake.kv.snapshot.num-retained"),
+    Property(FORMAT_VERSION, "2", "int", "Iceberg format version of stream, lake and KV tables (set unless given)"),
+    Property(LAKE_TABLE_PROPERTY, None, "table", "the stream table's lake table (`<db><suffix>.<table>`)",
+             internal=True),
+    Property(KV_TABLE_PROPERTY, None, "table", "the primary-key stream table's KV table (`sys.kv_…`)", internal=True),
+    Property(LOG_START_PROPERTY, "0", "position", "log retention: the changelog is complete after this position",
+             internal=True),
+    Property(STREAM_TABLE_PROPERTY, None, "table", "the lake table's stream table", table="lake", internal=True),
+    Property(WRITE_MERGE_MODE, None, "str", "`merge-on-read` on primary-key lake and KV tables", table="lake",
+             internal=True),
+    Property(WRITE_UPDATE_MODE, None, "str", "`merge-on-read` on primary-key lake and KV tables", table="lake",
+             internal=True),
+    Property(WRITE_DELETE_MODE, None, "str", "`merge-on-read` on primary-key lake and KV tables", table="lake",
+             internal=True),
+    Property(KV_OF_PROPERTY, None, "table", "the KV table's stream table", table="kv", internal=True),
+    Property(MAX_SNAPSHOT_AGE, None, "int",
+             "a century on KV tables: their retention is tierlake's, not Iceberg's age-based expiry", table="kv",
+             internal=True),
+)
+
+COMMIT_PROPERTIES: tuple[Property, ...] = (
+    Property(TIERING_TABLE_ID, None, "int", "the tiered table's id in `sys.tiering_tables`", table="lake",
+             internal=True),
+    Property(TIERING_EPOCH, None, "int", "the tiering epoch of the round", table="lake", internal=True),
+    Property(TIERING_JOB_ID, None, "str", "the job that wrote the round", table="lake", internal=True),
+    Property(SOURCE_POSITION, None, "position", "the stream log position the lake covers after this commit",
+             table="lake", internal=True),
+    Property(SOURCE_SNAPSHOT, None, "int", "the stream snapshot at that position", table="lake", internal=True),
+    Property(COMMIT_USER, None, "str", "who committed (tierlake's tiering)", table="lake", internal=True),
+    Property(MAINTENANCE, None, "str", "the maintenance that made this commit (e.g. `log-retention`)",
+             table="stream", internal=True),
+    Property(KV_POSITION, None, "position", "the stream position a KV snapshot covers", table="kv", internal=True),
+    Property(KV_STREAM_SNAPSHOT, None, "int", "the stream snapshot at that position", table="kv", internal=True),
+)
+
+BY_KEY: dict[str, Property] = {p.key: p for p in TABLE_PROPERTIES}
+COMMIT_BY_KEY: dict[str, Property] = {p.key: p for p in COMMIT_PROPERTIES}
+
+
+def lookup(key: str) -> Property:
+    try:
+        return BY_KEY[key]
+    except KeyError:
+        raise LookupError(f"{key} is not a registered table property") from None
+
+
+def raw(props: dict[str, str], key: str, config: Any = None) -> str | None:
+    """The text of property ``key``: the table's value, else its fallback
+    property, else its server setting (from ``config``, or the setting's
+    default), else the registry default."""
+    prop = lookup(key)
+    value = props.get(key)
+    if value is not None and value != "":
+        return value
+    if prop.fallback:
+        return raw(props, prop.fallback, config)
+    if prop.setting:
+        from tierlake.server.runtime import settings
+
+        setting = settings.lookup(prop.setting)
+        return config.get(prop.setting, setting.default) if config is not None else setting.default
+    return prop.default
+
+
+def read(props: dict[str, str], key: str, config: Any = None) -> Any:
+    """The typed value of property ``key`` (see :func:`raw` for the default);
+    a bad value raises ``InvalidArgumentError`` naming the key."""
+    from tierlake.server.runtime.durations import parse_duration
+
+    prop = lookup(key)
+    text = raw(props, key, config)
+    if text is None:
+        return None
+    if prop.type == "duration":
+        return parse_duration(text, key)
+    if prop.type in ("int", "position"):
+        try:
+            return int(text)
+        except ValueError:
+            raise InvalidArgumentError(f"'{key}' must be a whole number, got {text!r}") from None
+    if prop.type == "bool":
+        return text.strip().lower() == "true"
+    return text
+
+
+# ---- docs/configuration.md ---------------------------------------------------
+
+def _default_text(prop: Property) -> str:
+    if prop.fallback:
+        return f"`{prop.fallback}`"
+    if prop.setting:
+        from tierlake.server.runtime import settings
+
+        return f"`{prop.setting}` (`{settings.lookup(prop.setting).default}`)"
+    return f"`{prop.default}`" if prop.default is not None else "none"
+
+
+def _markdown(props: tuple[Property, ...], commit: bool = False) -> str:
+    if commit:
+        rows = ["| property | snapshot of | type | meaning |", "|---|---|---|---|"]
+        rows += [f"| `{p.key}` | {p.table} table | {p.type} | {p.help} |" for p in props]
+        return "\n".join(rows)
+    rows = ["| property | table | type | default | set by | meaning |", "|---|---|---|---|---|---|"]
+    for p in props:
+        kind = f"{p.type}: {' / '.join(p.choices)}" if p.choices else p.type
+        owner = "tierlake" if p.internal else "user"
+        rows.append(f"| `{p.key}` | {p.table} | {kind} | {_default_text(p)} | {owner} | {p.help} |")
+    return "\n".join(rows)
+
+
+def table_properties_markdown() -> str:
+    return _markdown(TABLE_PROPERTIES)
+
+
+def commit_properties_markdown() -> str:
+    return _markdown(COMMIT_PROPERTIES, commit=True)

@@ -1,0 +1,257 @@
+"""Every ``tierlake.*`` setting in one declarative registry (datasette's ``SETTINGS`` style).
+
+A setting is its key, its default (the text a config file would hold; ``""``
+means empty, ``None`` unset), its type and a one-line help. :class:`Config`
+takes its defaults from here, checks values against the type at load and
+refuses keys that are not here; docs/configuration.md renders the table::
+
+    python -m tierlake.server.runtime.settings --markdown   # print the tables
+    python -m tierlake.server.runtime.settings --write      # update the doc in place
+
+Table properties have their own registry: :mod:`tierlake.server.catalog.properties`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from tierlake.server.exceptions import ConfigError, InvalidArgumentError
+from tierlake.server.runtime.durations import parse_duration
+
+TYPES = ("str", "int", "duration", "bool", "path", "choice", "list", "secret")
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str
+    default: str | None
+    type: str
+    help: str
+    choices: tuple[str, ...] = ()
+    minimum: int | None = None
+    default_doc: str | None = None  # how the docs describe the default, when the text alone would mislead
+
+    @property
+    def optional(self) -> bool:
+        """Whether an empty value is allowed (it means "off"/"none")."""
+        return not self.default
+
+    def parse(self, raw: str | None) -> Any:
+        """The typed value of ``raw``; ``ConfigError`` naming the key if it is not one."""
+        if raw is None:
+            return None
+        text = raw.strip()
+        if self.type in ("str", "path", "secret"):
+            return raw if self.type == "secret" else text
+        if self.type == "list":
+            return [part.strip() for part in text.split(",") if part.strip()]
+        if not text and self.type == "choice" and self.default:
+            text = self.default  # an empty choice has always meant the default
+        if not text:
+            if self.optional:
+                return None
+            raise ConfigError(f"{self.key} needs a value ({self._expected()})")
+        if self.type == "int":
+            try:
+                value = int(text)
+            except ValueError:
+                raise ConfigError(f"{self.key} must be an integer, got {raw!r}") from None
+            if self.minimum is not None and value < self.minimum:
+                raise ConfigError(f"{self.key} must be at least {self.minimum}, got {value}")
+            return value
+        if self.type == "duration":
+            try:
+                return parse_duration(text, self.key)
+            except InvalidArgumentError as e:
+                raise ConfigError(e.message) from None
+        if self.type == "bool":
+            if text.lower() in _TRUE + _FALSE:
+                return text.lower() in _TRUE
+            raise ConfigError(f"{self.key} must be true or false, got {raw!r}")
+        if self.type == "choice":
+            for choice in self.choices:
+                if text.upper() == choice.upper():
+                    return choice
+            raise ConfigError(f"{self.key} must be one of {', '.join(self.choices)}, got {raw!r}")
+        raise AssertionError(f"unknown setting type {self.type!r} of {self.key}")
+
+    def _expected(self) -> str:
+        return {"int": "an integer", "duration": "a duration such as '30 s'", "bool": "true or false",
+                "choice": " or ".join(self.choices)}.get(self.type, self.type)
+
+
+def _s(key: str, default: str | None, type: str, help: str, **kw: Any) -> Setting:
+    return Setting(key, default, type, help, **kw)
+
+
+SETTINGS: tuple[Setting, ...] = (
+    _s("tierlake.gateway.host", "127.0.0.1", "str", "gateway bind address (`--host`)"),
+    _s("tierlake.gateway.port", "10000", "int", "gateway port (`--port`); `0` picks a free one", minimum=0),
+    _s("tierlake.gateway.auth", "PLAIN", "choice",
+       "`PLAIN` (SASL PLAIN, what Hive JDBC and PyHive use by default) or `NOSASL` (clients add "
+       "`;auth=noSasl`; development only, not with a password file)", choices=("PLAIN", "NOSASL")),
+    _s("tierlake.gateway.password-file", "", "path",
+       "users, roles and salted password hashes ([security.md](security.md)); set, it turns authentication "
+       "and roles on", default_doc="empty (development mode: any user, full rights)"),
+    _s("tierlake.gateway.ssl.certfile", "", "path",
+       "PEM certificate (chain) of the gateway; set, the gateway port speaks TLS only", default_doc="empty (no TLS)"),
+    _s("tierlake.gateway.ssl.keyfile", "", "path", "PEM private key of that certificate",
+       default_doc="empty (key in the certfile)"),
+    _s("tierlake.client.password-file", "", "path",
+       "file whose first line is the password `tierlake tiering-service` logs in with (after `--password` "
+       "and `$TIERLAKE_PASSWORD`)"),
+    _s("tierlake.client.ssl.ca-file", "", "path",
+       "CA certificate (PEM) `tierlake tiering-service` checks a `;ssl=true` gateway with",
+       default_doc="empty (system CAs)"),
+    _s("tierlake.master", "local[*]", "str", "Spark master (`--master`)"),
+    _s("tierlake.thrift.internal-port", "0", "int", "port of the internal Spark Thrift Server, on 127.0.0.1",
+       minimum=0, default_doc="`0` (free port)"),
+    _s("tierlake.extensions", "", "list", "comma-separated modules to import at start (user procedures)"),
+    _s("tierlake.lake.database-suffix", "_lake", "str", "lake tables live in `<db><suffix>`"),
+    _s("tierlake.tiering.heartbeat-timeout", "2 min", "duration",
+       "a job silent this long loses its tables (`Failed` → `Pending`)"),
+    _s("tierlake.tiering.retry-backoff", "5 s", "duration",
+       "wait before a Failed table is retried, doubled per consecutive failure"),
+    _s("tierlake.tiering.retry-backoff-max", "5 min", "duration", "cap of that wait"),
+    _s("tierlake.coordinator.interval", "5 s", "duration", "how often the server checks timeouts and due tables"),
+    _s("tierlake.tiering.workers", "1", "int", "tiering worker threads in the server (`--workers`)", minimum=0),
+    _s("tierlake.tiering.poll-interval", "1 s", "duration", "how often an idle worker asks for a table"),
+    _s("tierlake.tiering.chunk-rows", "5000000", "int",
+       "rows per lake commit within a round (table property `table.datalake.tiering.chunk-rows`)", minimum=1),
+    _s("tierlake.kv.snapshot.interval", "10 min", "duration",
+       "periodic KV snapshots of primary-key tables (table property `kv.snapshot.interval`); `0` turns them off"),
+    _s("tierlake.kv.snapshot.num-retained", "2", "int",
+       "KV snapshots kept per table besides leased ones (table property `kv.snapshot.num-retained`)", minimum=1),
+    _s("tierlake.kv.maintenance-interval", "1 min", "duration",
+       "how often the server takes due KV snapshots, applies their retention and `table.log.ttl`"),
+    _s("tierlake.quality.sample-size", "10", "int",
+       "failing keys or values kept per expectation in `sys.lake_data_quality.unexpected_sample`", minimum=0),
+    _s("tierlake.metastore.port", "", "int",
+       "serve the metastore over Thrift on 127.0.0.1 for `tierlake tiering-service` processes; `0` picks a port",
+       minimum=0, default_doc="empty (off)"),
+    _s("tierlake.metastore.url", "", "str",
+       "JDBC URL of a shared PostgreSQL metastore, `jdbc:postgresql://HOST:PORT/DATABASE`; see "
+       "[Shared metastore](#shared-metastore-postgresql)", default_doc="empty (embedded Derby)"),
+    _s("tierlake.metastore.user", "", "str", "its user name"),
+    _s("tierlake.metastore.password", None, "secret",
+       "its password (put it in the config file, not on the command line)"),
+    _s("tierlake.metastore.driver-jar", "", "path",
+       "the PostgreSQL JDBC driver jar (goes on the driver class path)",
+       default_doc="`/usr/share/java/postgresql.jar` when present"),
+)
+
+# Spark settings tierlake changes from Spark's own defaults (any ``spark.*`` key overrides them).
+SPARK_DEFAULTS: dict[str, str] = {
+    "spark.sql.shuffle.partitions": "4",
+    "spark.ui.enabled": "false",
+}
+
+BY_KEY: dict[str, Setting] = {s.key: s for s in SETTINGS}
+PREFIX = "tierlake."
+
+
+class UnregisteredSettingError(LookupError):
+    """Code read a ``tierlake.*`` key that is not in :data:`SETTINGS` (a programming error)."""
+
+
+def lookup(key: str) -> Setting:
+    """The registered setting ``key``; :class:`UnregisteredSettingError` if there is none."""
+    try:
+        return BY_KEY[key]
+    except KeyError:
+        raise UnregisteredSettingError(f"{key} is not a registered setting{did_you_mean(key)}") from None
+
+
+def did_you_mean(key: str) -> str:
+    close = difflib.get_close_matches(key, BY_KEY, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def defaults() -> dict[str, str]:
+    """The settings with a default as config text, plus :data:`SPARK_DEFAULTS`."""
+    return {**{s.key: s.default for s in SETTINGS if s.default is not None}, **SPARK_DEFAULTS}
+
+
+def parse_default(key: str) -> Any:
+    setting = lookup(key)
+    return setting.parse(setting.default)
+
+
+def duration_default(key: str) -> timedelta:
+    value = parse_default(key)
+    assert isinstance(value, timedelta), key
+    return value
+
+
+# ---- docs/configuration.md -------------------------------------------------
+
+BEGIN = "<!-- BEGIN GENERATED: {name} (python -m tierlake.server.runtime.settings --write) -->"
+END = "<!-- END GENERATED: {name} -->"
+DOC_PATH = "docs/configuration.md"
+
+
+def _default_text(setting: Setting) -> str:
+    if setting.default_doc:
+        return setting.default_doc
+    if setting.default is None:
+        return "unset"
+    return f"`{setting.default}`" if setting.default else "empty"
+
+
+def settings_markdown() -> str:
+    rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for s in SETTINGS:
+        kind = f"{s.type}: {' / '.join(s.choices)}" if s.choices else s.type
+        rows.append(f"| `{s.key}` | {kind} | {_default_text(s)} | {s.help} |")
+    for key, value in SPARK_DEFAULTS.items():
+        rows.append(f"| `{key}` | Spark | `{value}` | tierlake's default; Spark's own differs |")
+    return "\n".join(rows)
+
+
+def generated_sections() -> dict[str, str]:
+    """Section name → generated markdown, for every generated part of docs/configuration.md."""
+    from tierlake.server.catalog import properties
+
+    return {"settings": settings_markdown(), "table-properties": properties.table_properties_markdown(),
+            "commit-properties": properties.commit_properties_markdown()}
+
+
+def render_doc(text: str) -> str:
+    """``text`` (docs/configuration.md) with every generated section replaced by its current rendering."""
+    for name, body in generated_sections().items():
+        begin, end = BEGIN.format(name=name), END.format(name=name)
+        head, found, rest = text.partition(begin)
+        if not found:
+            raise ValueError(f"{DOC_PATH} lacks the marker {begin}")
+        _, found, tail = rest.partition(end)
+        if not found:
+            raise ValueError(f"{DOC_PATH} lacks the marker {end}")
+        text = f"{head}{begin}\n{body}\n{end}{tail}"
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(prog="python -m tierlake.server.runtime.settings",
+                                     description="Render the settings and table-property registries.")
+    parser.add_argument("--markdown", action="store_true", help="print the generated tables")
+    parser.add_argument("--write", action="store_true", help=f"update {DOC_PATH} in place")
+    args = parser.parse_args(argv)
+    if args.write:
+        path = Path(__file__).resolve().parents[2] / DOC_PATH
+        path.write_text(render_doc(path.read_text(encoding="utf-8")), encoding="utf-8")
+        print(f"updated {path}")
+    else:
+        print("\n\n".join(generated_sections().values()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
