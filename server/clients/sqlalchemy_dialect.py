@@ -203,7 +203,9 @@ class TierlakeDialect(HiveDialect):
             raise exc.ArgumentError(
                 f"unknown tierlake:// URL option(s) {', '.join(unknown)}; known: {', '.join(_OPTIONS)}")
         host = url.host or "127.0.0.1"
-        jdbc_url = f"jdbc:hive2://{'[%s]' % host if ':' in host else host}:{url.port or 10000}/{url.database or 'default'}"
+        if ":" in host:
+            host = f"[{host}]"  # IPv6
+        jdbc_url = f"jdbc:hive2://{host}:{url.port or 10000}/{url.database or 'default'}"
         if str(options.get("ssl", "")).lower() in ("true", "1"):
             jdbc_url += ";ssl=true"
         if options.get("auth"):
@@ -220,6 +222,16 @@ class TierlakeDialect(HiveDialect):
 
         cparams["password"] = resolve_password(cparams.get("password"))
         return connect(*cargs, **cparams)
+
+    def do_execute(self, cursor, statement, parameters, context=None):
+        # SQLAlchemy hands PyHive an empty dict for statements without
+        # parameters, and PyHive then applies `statement % {}`: right for
+        # compiled statements (their `%` are doubled), wrong for plain SQL
+        # strings (pandas.read_sql("… LIKE 'a%'")), whose `%` are literal.
+        if not parameters and (context is None or context.compiled is None):
+            cursor.execute(statement)
+        else:
+            cursor.execute(statement, parameters)
 
     # -- catalog ------------------------------------------------------------
 

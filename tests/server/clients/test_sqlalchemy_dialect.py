@@ -14,7 +14,13 @@ import sqlalchemy as sa
 from sqlalchemy import MetaData, Table, func, inspect, select, text
 
 from tierlake.server.clients.sqlalchemy_dialect import (
-    SparkComplex, SparkDate, SparkDecimal, SparkTimestamp, TierlakeDialect, describe_columns, spark_type,
+    SparkComplex,
+    SparkDate,
+    SparkDecimal,
+    SparkTimestamp,
+    TierlakeDialect,
+    describe_columns,
+    spark_type,
 )
 
 SCHEMA = "sqla_demo"
@@ -69,7 +75,8 @@ def test_complex_types_are_strings_holding_json():
 def test_result_values_are_converted_from_text():
     d = TierlakeDialect()
     assert SparkDecimal(10, 2).process_result_value("1.50", d) == decimal.Decimal("1.50")
-    assert SparkTimestamp().process_result_value("2024-01-02 03:04:05.5", d) == datetime.datetime(2024, 1, 2, 3, 4, 5, 500000)
+    expected = datetime.datetime(2024, 1, 2, 3, 4, 5, 500000)
+    assert SparkTimestamp().process_result_value("2024-01-02 03:04:05.5", d) == expected
     assert SparkDate().process_result_value("2024-01-02", d) == datetime.date(2024, 1, 2)
     assert SparkDate().process_result_value(datetime.datetime(2024, 1, 2, 3), d) == datetime.date(2024, 1, 2)
     assert SparkDecimal(10, 2).process_result_value(None, d) is None
@@ -122,6 +129,26 @@ def test_connect_uses_the_cli_connection_and_its_password_fallback(monkeypatch):
     assert seen[0] == {"url": "jdbc:hive2://gw:10000/default;ssl=true", "user": "bob", "password": "given",
                        "ca_file": "/ca.pem"}
     assert seen[1]["password"] == "from-env"
+
+
+def test_plain_sql_without_parameters_is_sent_unformatted():
+    class Cursor:
+        def __init__(self):
+            self.calls = []
+
+        def execute(self, *args):
+            self.calls.append(args)
+
+    class Context:
+        compiled = None
+
+    cursor, d = Cursor(), TierlakeDialect()
+    d.do_execute(cursor, "SELECT 'a%'", {}, Context())
+    d.do_execute(cursor, "SELECT %(p)s", {"p": 1}, Context())
+    compiled = Context()
+    compiled.compiled = object()
+    d.do_execute(cursor, "SELECT 'a%%'", {}, compiled)
+    assert cursor.calls == [("SELECT 'a%'",), ("SELECT %(p)s", {"p": 1}), ("SELECT 'a%%'", {})]
 
 
 # -- against the live gateway ------------------------------------------------
@@ -208,10 +235,12 @@ def test_get_columns_maps_spark_types(engine, user_schema):
     # The partitioning rows after DESCRIBE's blank separator are not columns.
     assert list(columns) == ["id", "region", "amount", "placed", "placed_ntz", "day", "tags", "attrs", "extra"]
     assert isinstance(columns["id"], sa.BigInteger) and isinstance(columns["region"], sa.String)
-    assert isinstance(columns["amount"], SparkDecimal) and (columns["amount"].precision, columns["amount"].scale) == (10, 2)
+    assert isinstance(columns["amount"], SparkDecimal)
+    assert (columns["amount"].precision, columns["amount"].scale) == (10, 2)
     assert isinstance(columns["placed"], SparkTimestamp) and isinstance(columns["placed_ntz"], SparkTimestamp)
     assert isinstance(columns["day"], SparkDate)
-    assert [columns[c].spark_type for c in ("tags", "attrs", "extra")] == ["array<int>", "map<string,int>", "struct<a:int>"]
+    assert [columns[c].spark_type for c in ("tags", "attrs", "extra")] == [
+        "array<int>", "map<string,int>", "struct<a:int>"]
     with pytest.raises(sa.exc.NoSuchTableError):
         inspect(engine).get_columns("missing", schema=user_schema)
 
@@ -263,6 +292,17 @@ def test_pandas_reads_a_user_table_with_its_types(engine, user_schema):
     frame = pd.read_sql(text(f"SELECT id, amount FROM {user_schema}.orders WHERE region = :r ORDER BY id"),
                         engine, params={"r": "north"})
     assert frame.to_dict("list") == {"id": [1, 2], "amount": [decimal.Decimal("10.50"), decimal.Decimal("4.25")]}
+
+
+def test_a_percent_sign_is_literal_in_plain_sql_and_in_text(engine, user_schema):
+    plain = pd.read_sql(f"SELECT id FROM {user_schema}.orders WHERE region LIKE 'n%' ORDER BY id", engine)
+    assert list(plain["id"]) == [1, 2]
+    with engine.connect() as conn:
+        rows = conn.execute(text(f"SELECT id FROM {user_schema}.orders WHERE region LIKE 's%' AND id > :i"),
+                            {"i": 0}).all()
+        assert [r.id for r in rows] == [3]
+        assert conn.execute(text("SELECT '100%' AS p")).scalar() == "100%"
+        assert conn.exec_driver_sql("SELECT '%(x)s' AS p").scalar() == "%(x)s"
 
 
 def test_the_hive_dialect_failures_of_issue_19_do_not_occur_with_tierlake(engine, hive_engine):
