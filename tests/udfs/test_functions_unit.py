@@ -164,3 +164,29 @@ def test_freshness_lag():
     assert freshness_lag(last, None, now) is None
     with pytest.raises(InvalidArgumentError, match="'later'"):
         freshness_lag(last, "later", now)
+
+
+def test_an_extension_registers_into_the_shared_registry(tmp_path, monkeypatch):
+    from tierlake.server.app import load_extensions
+    from tierlake.server.runtime.config import Config
+
+    (tmp_path / "myco_udfs.py").write_text('''
+from tierlake.server.runtime.functions import functions
+
+@functions.udf(returns="double")
+def myco_celsius(fahrenheit: float | None) -> float | None:
+    """Degrees Celsius.
+
+    Args:
+      fahrenheit: the temperature in F; NULL gives NULL.
+    """
+    return None if fahrenheit is None else (fahrenheit - 32) * 5 / 9
+''')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = Config.load(home=tmp_path / "home", conf={"tierlake.extensions": "myco_udfs"})
+    try:
+        assert load_extensions(config) == ["myco_udfs"]
+        assert functions.get("myco_celsius").signature() == "myco_celsius(fahrenheit DOUBLE) → DOUBLE"
+    finally:
+        functions.unregister("myco_celsius")
+        monkeypatch.delitem(__import__("sys").modules, "myco_udfs", raising=False)
