@@ -34,8 +34,9 @@ import threading
 import types
 import typing
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Union
+from typing import Any, Union
 
 from tierlake.server.exceptions import ConfigError
 

@@ -5,9 +5,13 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-
 from tierlake.server.exceptions import InvalidArgumentError
-from tierlake.server.runtime.functions import FunctionRegistry, functions, load_builtins, parse_docstring
+from tierlake.server.runtime.functions import (
+    FunctionRegistry,
+    functions,
+    load_builtins,
+    parse_docstring,
+)
 from tierlake.udfs import BUILTIN_MODULES
 from tierlake.udfs.durations import tierlake_duration_seconds
 from tierlake.udfs.freshness import freshness_lag

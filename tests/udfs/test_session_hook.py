@@ -11,9 +11,10 @@ import pytest
 from pyhive import hive
 from TCLIService import TCLIService
 from thrift.protocol.TBinaryProtocol import TBinaryProtocol
-
+from thrift.transport.TTransport import TTransportException
 from tierlake.server.gateway.protocol import SocketTransport
 from tierlake.server.gateway.server import Gateway
+
 from tests.server.gateway.test_gateway_unit import FakeHiveServer
 from tests.server.gateway.toy import ToyHandler
 
@@ -41,7 +42,7 @@ def backend():
         try:
             while True:
                 processor.process(proto, proto)
-        except Exception:
+        except (EOFError, OSError, TTransportException):
             conn.close()
 
     def accept():
@@ -73,11 +74,11 @@ def test_a_failing_hook_is_logged_and_the_session_works(backend, caplog):
     def boom(guid, secret):
         raise RuntimeError("no UDFs today")
 
-    with Gateway("127.0.0.1", 0, "127.0.0.1", port, ToyHandler(), on_session_opened=boom) as gw:
-        with caplog.at_level(logging.WARNING, logger="tierlake.gateway"):
-            conn = hive.connect("127.0.0.1", gw.port, username="alice")
-            cursor = conn.cursor()
-            cursor.execute("SELECT 1")
-            assert cursor.fetchall() == [(1,)]
-            conn.close()
+    with (Gateway("127.0.0.1", 0, "127.0.0.1", port, ToyHandler(), on_session_opened=boom) as gw,
+          caplog.at_level(logging.WARNING, logger="tierlake.gateway")):
+        conn = hive.connect("127.0.0.1", gw.port, username="alice")
+        cursor = conn.cursor()
+        cursor.execute("SELECT 1")
+        assert cursor.fetchall() == [(1,)]
+        conn.close()
     assert "on_session_opened hook failed: RuntimeError: no UDFs today" in caplog.text
