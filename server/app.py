@@ -12,6 +12,8 @@ from tierlake.procedures.registry import Context, Registry, load_builtins, regis
 from tierlake.server.runtime import migrations
 from tierlake.server.runtime.config import Config
 from tierlake.server.coordinator.coordinator import Coordinator
+from tierlake.server.runtime import functions as sql_functions
+from tierlake.udfs import load_builtins as load_udfs
 from tierlake.server.exceptions import ConfigError
 from tierlake.server.gateway.handler import CallHandler
 from tierlake.server.runtime.session import HomeLock, build_spark, free_port, start_metastore_service, start_thrift_server
@@ -19,7 +21,8 @@ from tierlake.server.runtime.session import HomeLock, build_spark, free_port, st
 log = logging.getLogger("tierlake.server")
 
 
-def gateway_from_config(config: Config, handler: Any, backend_port: int, registry: Any = None):
+def gateway_from_config(config: Config, handler: Any, backend_port: int, registry: Any = None,
+                        on_session_opened: Any = None):
     """The gateway as configured: auth mode, password file (roles), TLS."""
     import ipaddress
     import ssl
@@ -55,7 +58,7 @@ def gateway_from_config(config: Config, handler: Any, backend_port: int, registr
     try:
         return Gateway(host=host, port=config.int("tierlake.gateway.port"), backend_host="127.0.0.1",
                        backend_port=backend_port, handler=handler, auth=auth, authorizer=authorizer,
-                       ssl_context=context)
+                       ssl_context=context, on_session_opened=on_session_opened)
     except ValueError as e:
         raise ConfigError(str(e)) from None
 
@@ -102,12 +105,15 @@ class Server:
         self._lock.acquire()
         try:
             load_builtins()
+            load_udfs()
             load_extensions(self.config)
             self.thrift_port = self.config.int("tierlake.thrift.internal-port") or free_port()
             # Built (not started) before Spark: a bad password file or certificate fails fast.
             self.gateway = gateway_from_config(self.config, CallHandler(self.registry, self.context),
-                                               self.thrift_port, self.registry)
+                                               self.thrift_port, self.registry,
+                                               on_session_opened=self._session_opened)
             self.spark = build_spark(self.config, self.thrift_port)
+            log.info("SQL functions: %s", ", ".join(sql_functions.functions.register_into(self.spark)) or "none")
             applied = migrations.migrate(self.spark)
             views = migrations.create_views(self.spark)
             count = migrations.refresh_procedure_catalog(self.spark, self.registry)
@@ -144,6 +150,11 @@ class Server:
         for outcome in recover(self.context("tierlake")):
             log.warning("unfinished CREATE TABLE %s.%s AS SELECT (%s) from the previous run: %s",
                         outcome["database_name"], outcome["table_name"], outcome["ctas_id"], outcome["state"])
+
+    def _session_opened(self, guid: bytes, secret: bytes) -> None:
+        """Every JDBC session is its own SparkSession: give it the UDFs before its client can use it."""
+        if self.thrift_server is not None:
+            sql_functions.functions.register_into_thrift_session(self.thrift_server, guid, secret)
 
     def _start_gateway(self) -> None:
         self.gateway.start()

@@ -38,3 +38,14 @@ def test_every_error_class_is_documented():
         obj = getattr(exceptions, name)
         if isinstance(obj, type) and issubclass(obj, exceptions.TierlakeError) and obj is not exceptions.TierlakeError:
             assert f"`{name}`" in text, name
+
+
+def test_every_sql_function_has_a_section_in_docs():
+    from tierlake.server.runtime.functions import load_builtins as load_functions
+
+    text = (DOCS / "functions.md").read_text()
+    documented = set(re.findall(r"^## (\w+)", text, re.M))
+    for udf in load_functions():
+        assert udf.name in documented, f"undocumented SQL function: {udf.name}"
+        # The documented signature is the registered one.
+        assert f"`{udf.signature()}`" in text, udf.signature()

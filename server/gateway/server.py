@@ -284,6 +284,7 @@ class _Connection:
                                                   database.lower() if isinstance(database, str) else None)
                 log.debug("session opened for %r from %s (protocol V%d)", user, self.address,
                           response.serverProtocolVersion + 1)
+                self.gateway.session_opened(guid, response.sessionHandle.sessionId.secret)
         except Exception:
             log.debug("undecodable OpenSession reply for %s", self.address, exc_info=True)
         return reply.data
@@ -496,13 +497,17 @@ class Gateway:
     relayed, raising a ``TierlakeError`` to refuse it; its ``authenticate``
     checks logins when no ``authenticator`` is given. ``ssl_context`` (a
     server-side :class:`ssl.SSLContext`) turns on TLS for every client.
+    ``on_session_opened(guid, secret)`` runs after the backend opened a
+    session and before the client hears of it, so it may prepare the
+    session (the server registers its UDFs there); its failures are logged.
     """
 
     def __init__(self, host: str, port: int, backend_host: str, backend_port: int,
                  handler: StatementHandler, auth: str = "PLAIN",
                  authenticator: Optional[Authenticator] = None, max_connections: int = 256,
                  *, authorizer=None, ssl_context: Optional[ssl.SSLContext] = None, connect_timeout: float = 10.0, handshake_timeout: float = 30.0,
-                 max_message_size: int = DEFAULT_MAX_MESSAGE):
+                 max_message_size: int = DEFAULT_MAX_MESSAGE,
+                 on_session_opened: Optional[Callable[[bytes, bytes], None]] = None):
         mode = (auth or "PLAIN").upper()
         mode = "PLAIN" if mode == "NONE" else mode
         if mode not in ("PLAIN", "NOSASL"):
@@ -526,6 +531,7 @@ class Gateway:
         self.connect_timeout = connect_timeout
         self.handshake_timeout = handshake_timeout
         self.max_message_size = max_message_size
+        self.on_session_opened = on_session_opened
         self._sock: Optional[socket.socket] = None
         self._accept_thread: Optional[threading.Thread] = None
         self._stopping = threading.Event()
@@ -605,6 +611,16 @@ class Gateway:
                                           name="tierlake-gateway-%d" % self._counter)
                 self._connections[conn] = thread
             thread.start()
+
+    def session_opened(self, guid: bytes, secret: bytes) -> None:
+        """Run the ``on_session_opened`` hook; a failing hook never fails the session."""
+        if self.on_session_opened is None:
+            return
+        try:
+            self.on_session_opened(guid, secret)
+        except Exception as exc:
+            log.warning("on_session_opened hook failed: %s", _describe(exc))
+            log.debug("on_session_opened failure", exc_info=True)
 
     def _forget(self, conn: _Connection) -> None:
         with self._lock:

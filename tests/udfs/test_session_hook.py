@@ -1,0 +1,84 @@
+"""The gateway's on_session_opened hook (how the server gives each JDBC
+session its UDFs), against a fake HiveServer2, without a JVM."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+
+import pytest
+from pyhive import hive
+from TCLIService import TCLIService
+from thrift.protocol.TBinaryProtocol import TBinaryProtocol
+from thrift.transport.TTransport import TTransportException
+from tierlake.server.gateway.protocol import SocketTransport
+from tierlake.server.gateway.server import Gateway
+
+from tests.server.gateway.test_gateway_unit import FakeHiveServer
+from tests.server.gateway.toy import ToyHandler
+
+
+class RecordingBackend(FakeHiveServer):
+    def __init__(self):
+        super().__init__()
+        self.handles: list[tuple[bytes, bytes]] = []
+
+    def OpenSession(self, req):
+        resp = super().OpenSession(req)
+        ident = resp.sessionHandle.sessionId
+        self.handles.append((ident.guid, ident.secret))
+        return resp
+
+
+@pytest.fixture
+def backend():
+    fake = RecordingBackend()
+    processor = TCLIService.Processor(fake)
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve(conn):
+        proto = TBinaryProtocol(SocketTransport(conn))
+        try:
+            while True:
+                processor.process(proto, proto)
+        except (EOFError, OSError, TTransportException):
+            conn.close()
+
+    def accept():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield fake, listener.getsockname()[1]
+    listener.close()
+
+
+def test_hook_gets_the_backend_handle_before_the_client_can_use_the_session(backend):
+    fake, port = backend
+    seen: list[tuple[bytes, bytes]] = []
+    with Gateway("127.0.0.1", 0, "127.0.0.1", port, ToyHandler(),
+                 on_session_opened=lambda guid, secret: seen.append((guid, secret))) as gw:
+        conn = hive.connect("127.0.0.1", gw.port, username="alice")
+        assert seen == fake.handles and len(seen) == 1
+        conn.close()
+
+
+def test_a_failing_hook_is_logged_and_the_session_works(backend, caplog):
+    _, port = backend
+
+    def boom(guid, secret):
+        raise RuntimeError("no UDFs today")
+
+    with (Gateway("127.0.0.1", 0, "127.0.0.1", port, ToyHandler(), on_session_opened=boom) as gw,
+          caplog.at_level(logging.WARNING, logger="tierlake.gateway")):
+        conn = hive.connect("127.0.0.1", gw.port, username="alice")
+        cursor = conn.cursor()
+        cursor.execute("SELECT 1")
+        assert cursor.fetchall() == [(1,)]
+        conn.close()
+    assert "on_session_opened hook failed: RuntimeError: no UDFs today" in caplog.text
