@@ -41,7 +41,7 @@ def test_every_error_class_is_documented():
 
 
 def test_every_sql_function_has_a_section_in_docs():
-    from tierlake.server.runtime.functions import load_builtins as load_functions
+    from tierlake.udfs import load_builtins as load_functions
 
     text = (DOCS / "functions.md").read_text()
     documented = set(re.findall(r"^## (\w+)", text, re.M))
