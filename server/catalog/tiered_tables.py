@@ -9,6 +9,7 @@ from tierlake import sql
 from tierlake.server.exceptions import InvalidArgumentError, TierlakeError
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.catalog.properties import ENABLED, FORMAT_VERSION, LAKE_TABLE_PROPERTY
+from tierlake.server.catalog.columns import columns_of
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.catalog.spec import CHANGE_TYPE, Column, TieredSpec, data_columns, partition_sql
 from tierlake.server.runtime.config import Config
@@ -25,6 +26,13 @@ def lake_path(config: Config | None, stream: TablePath) -> TablePath:
     """Where the lake table of ``stream`` lives: ``<db><tierlake.lake.database-suffix>.<table>``."""
     suffix = (config or Config.defaults()).text("tierlake.lake.database-suffix")
     return TablePath(stream.database + suffix, stream.table)
+
+
+def lake_of(config: Any, stream: TablePath, properties: dict[str, str]) -> TablePath:
+    """The lake table of a tiered ``stream``: the one it was registered with
+    (its ``tierlake.lake-table`` property); a stream without one gets :func:`lake_path`."""
+    name = properties.get(LAKE_TABLE_PROPERTY)
+    return TablePath(*name.split(".", 1)) if name else lake_path(config, stream)
 
 
 def create_lake_table(spark: Any, stream: TablePath, lake: TablePath, columns: list[Column], spec: TieredSpec,
@@ -76,13 +84,11 @@ def create_tiered_table(spark: Any, config: Any, stream: TablePath, columns: lis
 def prepare_existing(spark: Any, config: Any, stream: TablePath) -> TablePath:
     """``sys.enable_tiering`` on an existing Iceberg table: mark it, add the
     change-type column to primary-key tables, create the lake table."""
-    from tierlake.server.tiering.round import columns_of
-
     table = iceberg_table(spark, stream.quoted)
     props = {str(k): str(v) for k, v in dict(table.properties()).items()}
     columns = columns_of(spark.table(stream.quoted).schema)
     spec = TieredSpec.from_properties(props, columns)
-    lake = TablePath(*props[LAKE_TABLE_PROPERTY].split(".", 1)) if LAKE_TABLE_PROPERTY in props else lake_path(config, stream)
+    lake = lake_of(config, stream, props)
     update = table.updateProperties().set(ENABLED, "true").set(LAKE_TABLE_PROPERTY, str(lake))
     update.commit()
     if spec.is_primary_key and not any(c.name.lower() == CHANGE_TYPE for c in columns):

@@ -27,6 +27,7 @@ from tierlake.server.exceptions import InvalidArgumentError, UnsupportedFeatureE
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.runtime.state_table import SmallTable
 from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.kv.catalog import KvCatalog, kv_table_of, primary_key_spec
 
 log = logging.getLogger("tierlake.leases")
 
@@ -81,16 +82,14 @@ class Leases:
         Snapshots that are no longer retained come back ``unavailable``; the
         others ``acquired`` with the lease's new expiry.
         """
-        from tierlake.server.kv import snapshots as kv
-
         self.require()
         if not lease_id.strip():
             raise InvalidArgumentError("parameter 'lease_id' must not be empty")
         if duration.total_seconds() <= 0:
             raise InvalidArgumentError(f"the lease duration must be positive, got {duration}")
-        props, spec = kv.primary_key_spec(self.spark, stream)
-        kv_table = kv.kv_table_of(props)
-        retained = {s.snapshot_id: s for s in kv.KvCatalog(self.spark).list(stream)} if kv_table else {}
+        props, spec = primary_key_spec(self.spark, stream)
+        kv_table = kv_table_of(props)
+        retained = {s.snapshot_id: s for s in KvCatalog(self.spark).list(stream)} if kv_table else {}
         newest = max(retained.values(), key=lambda s: s.log_position).snapshot_id if retained else None
         if requested is None:
             requested = {b: None for b in range(spec.buckets)}

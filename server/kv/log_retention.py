@@ -22,14 +22,15 @@ from typing import Any
 from tierlake.server.runtime.durations import parse_duration
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.catalog.table_path import TablePath
-from tierlake.server.kv import snapshots as kv
+from tierlake.server.catalog.tiered_tables import LAKE_TABLE_PROPERTY
+from tierlake.server.kv import catalog as kv
+from tierlake.server.kv.leases import Leases
 from tierlake.server.changelog.planner import MAINTENANCE, lake_position
 from tierlake.server.catalog.spec import TieredSpec
 
 log = logging.getLogger("tierlake.kv")
 
 LOG_TTL = "table.log.ttl"
-LAKE_TABLE_PROPERTY = "tierlake.lake-table"
 RESULT_COLUMNS = [("table_path", "string"), ("log_start_position", "bigint"), ("removed_files", "bigint"),
                   ("removed_rows", "bigint"), ("expired_snapshots", "bigint")]
 
@@ -49,8 +50,6 @@ class Truncation:
 
 def retention_bound(spark: Any, stream: TablePath, props: dict[str, str], now: datetime) -> int:
     """The highest position whose changelog is no longer needed by the lake or by a KV snapshot."""
-    from tierlake.server.kv.leases import Leases
-
     lake_name = props.get(LAKE_TABLE_PROPERTY)
     lake = TablePath(*lake_name.split(".", 1)) if lake_name else None
     if lake is None or not spark.catalog.tableExists(lake.quoted):

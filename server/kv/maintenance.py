@@ -18,8 +18,10 @@ from typing import Any
 
 from tierlake.server.runtime.durations import parse_duration
 from tierlake.server.catalog.table_path import TablePath
-from tierlake.server.kv import snapshots as kv
+from tierlake.server.kv import catalog as kv
 from tierlake.server.kv import log_retention as logretention
+from tierlake.server.kv.retention import expire, num_retained
+from tierlake.server.kv.snapshots import take_snapshot
 from tierlake.server.catalog.spec import TieredSpec
 
 log = logging.getLogger("tierlake.kv")
@@ -40,10 +42,10 @@ def maintain(spark: Any, config: Any, stream: TablePath, registered_at: datetime
         newest = catalog.newest(stream)
         since = newest.created_at if newest else registered_at
         if interval.total_seconds() > 0 and since is not None and since + interval <= now:
-            if kv.take_snapshot(spark, stream, catalog)[1]:
+            if take_snapshot(spark, stream, catalog)[1]:
                 done.append("snapshot")
         if catalog.list(stream):
-            expired = [s for s, outcome in kv.expire(spark, stream, kv.num_retained(props, config), now, catalog)
+            expired = [s for s, outcome in expire(spark, stream, num_retained(props, config), now, catalog)
                        if outcome == "expired"]
             if expired:
                 done.append(f"expired {len(expired)}")

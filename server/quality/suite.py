@@ -28,6 +28,8 @@ from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.runtime.state_table import SmallTable
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.catalog.spec import TieredSpec
+from tierlake.server.changelog.planner import SOURCE_POSITION
+from tierlake.server.changelog.planner import summary as summary_of
 
 log = logging.getLogger("tierlake.quality")
 
@@ -118,8 +120,6 @@ def _lake_frame(spark: Any, target: Target) -> Any:
 
 def _lake_snapshot(spark: Any, target: Target) -> tuple[int | None, int]:
     """``(snapshot id, tiered position recorded in its summaries)`` of the validated ref."""
-    from tierlake.server.changelog.planner import SOURCE_POSITION, summary as summary_of
-
     table = iceberg_table(spark, target.lake.quoted)
     snapshot = table.currentSnapshot() if target.ref == "main" else table.snapshot(target.ref)
     head = None if snapshot is None else int(snapshot.snapshotId())

@@ -35,7 +35,14 @@ from tierlake.server.exceptions import (InvalidArgumentError, OperationCancelled
                                TableExistsError)
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.runtime.state_table import SmallTable
+from tierlake.server.catalog.columns import columns_of
+from tierlake.server.catalog.spec import CHANGE_TYPE, TieredSpec
 from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.catalog.tiered_tables import create_lake_table, create_stream_table, lake_path, stream_properties
+from tierlake.server.changelog.planner import plan_round
+from tierlake.server.coordinator.state_machine import Status
+from tierlake.server.gateway import operations
+from tierlake.server.tiering.round import run_round
 
 log = logging.getLogger("tierlake.ctas")
 
@@ -167,8 +174,6 @@ class TwoPhaseCreate:
     """A tiered table created by CTAS, in two phases (FLIP-305's TwoPhaseCatalogTable)."""
 
     def __init__(self, ctx: Any, target: TablePath, properties: dict[str, str], if_not_exists: bool = False):
-        from tierlake.server.catalog.tiered_tables import lake_path
-
         self.ctx = ctx
         self.spark = ctx.spark
         self.target = target
@@ -193,9 +198,6 @@ class TwoPhaseCreate:
 
     def begin(self, columns: list) -> None:
         """Journal the statement, then stage both tables (empty)."""
-        from tierlake.server.catalog.spec import TieredSpec
-        from tierlake.server.catalog.tiered_tables import create_lake_table, create_stream_table, stream_properties
-
         self.columns = columns
         self.spec = TieredSpec.from_properties(self.properties, columns)
         if not self.spark.catalog.databaseExists(self.target.database):
@@ -224,10 +226,6 @@ class TwoPhaseCreate:
         of them into the staged lake table."""
         from pyspark.sql import functions as F
 
-        from tierlake.server.changelog.planner import plan_round
-        from tierlake.server.tiering.round import run_round
-        from tierlake.server.catalog.spec import CHANGE_TYPE
-
         if self.spec.is_primary_key:
             frame = frame.withColumn(CHANGE_TYPE, F.lit(None).cast("string"))
         frame.writeTo(self.staged_stream.quoted).append()
@@ -251,7 +249,6 @@ class TwoPhaseCreate:
         Spark's own atomic CTAS (or is a no-op with IF NOT EXISTS).
         """
         from tierlake.procedures.tiering import register_table
-        from tierlake.server.coordinator.state_machine import Status
 
         with _COMMIT_LOCK:
             taken = self.exists()
@@ -314,9 +311,6 @@ def check_query(query: str) -> str:
 def create_table_as(ctx: Any, target: TablePath, query: str, properties: dict[str, str],
                     if_not_exists: bool = False) -> list[tuple]:
     """Run one atomic CTAS of a tiered table; returns the result row(s)."""
-    from tierlake.server.gateway import operations
-    from tierlake.server.tiering.round import columns_of
-
     spark = ctx.spark
     create = TwoPhaseCreate(ctx, target, properties, if_not_exists)
     taken = create.exists()

@@ -21,13 +21,13 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from tierlake import sql
-from tierlake.server.exceptions import TieringGuardError, UnknownProcedureError, UnsupportedFeatureError
-from tierlake.server.runtime.session import iceberg_table
-from tierlake.server.catalog.table_path import TablePath
-from tierlake.server.kv import snapshots as kv
-from tierlake.server.changelog import planner
+from tierlake.server.catalog.columns import table_columns
 from tierlake.server.catalog.spec import TieredSpec
+from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.changelog import lake_write, planner
+from tierlake.server.exceptions import TieringGuardError, UnknownProcedureError, UnsupportedFeatureError
+from tierlake.server.kv import catalog as kv
+from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.tiering")
 
@@ -86,26 +86,14 @@ def plan_and_lease(spark: Any, leases: "JobLeases", path: str, stream: TablePath
 def write_split(spark: Any, plan: planner.Plan, split: SnapshotSplit, target: list[str],
                 properties: dict[str, str]) -> None:
     """Replace the branch's rows with the snapshot's, as one commit carrying ``properties``."""
-    from pyspark.sql import functions as F
-
-    from tierlake.server.tiering.round import columns_of
-
     kv_path = TablePath(*split.kv_table.split(".", 1))
     if not spark.catalog.tableExists(kv_path.quoted) or \
             iceberg_table(spark, kv_path.quoted).snapshot(split.snapshot_id) is None:
         raise TieringGuardError(
             f"KV snapshot {split.snapshot_id} of {plan.stream} was expired before the round could read it "
             "(was its lease lost?); the next round uses a newer snapshot")
-    kv_columns = {f.name.lower() for f in spark.table(kv_path.quoted).schema.fields}
-    frame = spark.read.option("snapshot-id", str(split.snapshot_id)).table(kv_path.quoted)
-    frame = frame.select([
-        F.col(sql.quote_ident(c.name)) if c.name.lower() in kv_columns else F.lit(None).cast(c.type).alias(c.name)
-        for c in columns_of(spark.table(plan.lake.quoted).schema)
-    ])
-    writer = frame.writeTo(sql.quote_table(*target))
-    for key, value in properties.items():
-        writer = writer.option(f"snapshot-property.{key}", value)
-    writer.overwrite(F.lit(True))
+    lake_write.replace_with_snapshot(spark, kv_path, split.snapshot_id, target, table_columns(spark, plan.lake),
+                                     properties)
 
 
 def _unsupported(error: Exception) -> bool:

@@ -13,18 +13,18 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from tierlake.server.catalog.spec import CHUNK_ROWS, MAX_ROUND, TieredSpec
+from tierlake.server.catalog.table_path import parse_table_path
+from tierlake.server.catalog.tiered_tables import lake_of
+from tierlake.server.clients.procedure_client import LocalClient
+from tierlake.server.exceptions import FencedEpochError, TierlakeError
 from tierlake.server.runtime import faults
 from tierlake.server.runtime.durations import parse_duration
-from tierlake.server.exceptions import FencedEpochError, TierlakeError
 from tierlake.server.runtime.session import iceberg_table
-from tierlake.server.catalog.table_path import parse_table_path
 from tierlake.server.tiering import snapshot_split
 from tierlake.server.tiering.round import run_round
-from tierlake.server.catalog.spec import CHUNK_ROWS, MAX_ROUND, TieredSpec
 
 log = logging.getLogger("tierlake.tiering")
-
-LAKE_TABLE_PROPERTY = "tierlake.lake-table"
 
 
 def persistent_job_id(home: Path, name: str) -> str:
@@ -114,7 +114,7 @@ class Worker(threading.Thread):
         try:
             stream = parse_table_path(path)
             props = {str(k): str(v) for k, v in dict(iceberg_table(self.spark, stream.quoted).properties()).items()}
-            lake = parse_table_path(props.get(LAKE_TABLE_PROPERTY) or f"{stream.database}_lake.{stream.table}")
+            lake = lake_of(self.config, stream, props)  # the lake table the stream was registered with
             spec = TieredSpec.from_properties(props)
             max_round = parse_duration(props.get(MAX_ROUND, str(props.get("table.datalake.freshness", "1 min"))))
             chunk_rows = int(props.get(CHUNK_ROWS, self.chunk_rows))
@@ -161,8 +161,6 @@ class Worker(threading.Thread):
 
 
 def start_workers(server: Any, count: int) -> list[Worker]:
-    from tierlake.server.clients.procedure_client import LocalClient
-
     client = LocalClient(server)
     workers = []
     for n in range(count):

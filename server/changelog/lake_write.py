@@ -1,0 +1,195 @@
+"""The one lake-write path: apply a changelog range of a stream table to an
+Iceberg table, as one commit carrying commit properties.
+
+Tiering rounds (into a branch of the lake table), KV snapshots (into the KV
+table) and snapshot splits (a KV snapshot replacing a branch's rows) all
+write through here, so the statements rendered from ``sql/templates`` and
+the way their commits are tagged exist once.
+
+A log table's range is appended; a primary-key table's range is merged
+(``tiering_pk_merge``): the newest change of each key wins, ordered by the
+``_file``/``_pos`` of the change within the stream's data files
+(``stream_files`` lists them with their sequence numbers).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any, Callable
+
+from tierlake import sql
+from tierlake.server.catalog.columns import bucket_field, columns_of, lake_columns
+from tierlake.server.catalog.spec import CHANGE_TYPE, Column, TieredSpec
+from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.changelog.planner import Chunk
+from tierlake.server.exceptions import TieringGuardError
+from tierlake.server.runtime.session import iceberg_table
+
+log = logging.getLogger("tierlake.tiering")
+
+T_LOG_APPEND = "templates/tiering_log_append.sql.j2"
+T_PK_MERGE = "templates/tiering_pk_merge.sql.j2"
+T_STREAM_FILES = "templates/stream_files.sql.j2"
+T_ADD_COLUMNS = "templates/lake_add_columns.sql.j2"
+COMMIT_USER = "tierlake"
+
+
+class _Callable:
+    """A Python function as a java.util.concurrent.Callable (py4j callback)."""
+
+    def __init__(self, fn: Callable[[], Any]):
+        self.fn = fn
+        self.error: BaseException | None = None
+
+    def call(self):
+        try:
+            self.fn()
+        except BaseException as e:  # noqa: BLE001 - re-raised on the Python side
+            self.error = e
+            raise
+        return None
+
+    class Java:
+        implements = ["java.util.concurrent.Callable"]
+
+
+def with_commit_properties(spark: Any, properties: dict[str, str], fn: Callable[[], Any]) -> None:
+    """Run ``fn`` (SQL writes) so that its Iceberg commits carry ``properties``.
+
+    SQL MERGE/INSERT have no write options; Iceberg's CommitMetadata sets
+    thread-local snapshot properties around a Callable (pinned-thread py4j
+    keeps the Python thread on one JVM thread).
+    """
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    gateway = spark.sparkContext._gateway
+    ensure_callback_server_started(gateway)
+    jvm = spark.sparkContext._jvm
+    props = jvm.java.util.HashMap()
+    for key, value in properties.items():
+        props.put(key, value)
+    callable_ = _Callable(fn)
+    try:
+        jvm.org.apache.iceberg.spark.CommitMetadata.withCommitProperties(
+            props, callable_, jvm.java.lang.Class.forName("java.lang.RuntimeException")
+        )
+    except Exception:
+        if callable_.error is not None:
+            raise callable_.error from None
+        raise
+
+
+def sync_lake_schema(spark: Any, stream: TablePath, lake: TablePath) -> None:
+    """Carry added stream columns to the lake (or KV) table; refuse incompatible changes."""
+    stream_cols = lake_columns(spark, stream)
+    lake_cols = {c.name.lower(): c for c in columns_of(spark.table(lake.quoted).schema)}
+    missing = [c for c in stream_cols if c.name.lower() not in lake_cols]
+    for c in stream_cols:
+        current = lake_cols.get(c.name.lower())
+        if current is not None and current.type != c.type:
+            raise TieringGuardError(
+                f"column {c.name} of stream table {stream} is {c.type} but {current.type} in lake table "
+                f"{lake}; change the lake table's column type (ALTER TABLE {lake} ALTER COLUMN "
+                f"{c.name} TYPE {c.type}) if Iceberg allows the promotion, then CALL sys.retry_tiering('{stream}')"
+            )
+    if missing:
+        spark.sql(sql.render_checked(T_ADD_COLUMNS, table=[lake.database, lake.table], columns=missing))
+        log.info("added columns %s to lake table %s", [c.name for c in missing], lake)
+
+
+def _changes(spark: Any, stream: TablePath, changes: Chunk) -> Any:
+    """The stream rows committed in ``changes``, with their ``_file`` and ``_pos``."""
+    reader = spark.read.format("iceberg")
+    if changes.start_snapshot_id is None:
+        reader = reader.option("snapshot-id", str(changes.end_snapshot_id))
+    else:
+        reader = (reader.option("start-snapshot-id", str(changes.start_snapshot_id))
+                  .option("end-snapshot-id", str(changes.end_snapshot_id)))
+    return reader.load(stream.quoted).selectExpr("*", "_file", "_pos")
+
+
+class ChangelogWrite:
+    """One changelog range of ``stream`` applied to ``target`` (``[db, table]`` or
+    ``[db, table, "branch_…"]``) as one commit.
+
+    Entering renders the statement over temporary views of the range; leaving
+    drops the views. ``commit`` runs it with the commit properties::
+
+        with ChangelogWrite(spark, stream, spec, target, chunk, columns) as write:
+            write.commit({"commit-user": COMMIT_USER, ...})
+    """
+
+    def __init__(self, spark: Any, stream: TablePath, spec: TieredSpec, target: list[str], changes: Chunk,
+                 columns: list[str] | None = None, view_prefix: str = "__tierlake"):
+        self.spark, self.stream, self.spec, self.target, self.changes = spark, stream, spec, target, changes
+        # A round fixes its columns once: a column added to the stream mid-round is synced by the next one.
+        self.columns = columns if columns is not None else [c.name for c in lake_columns(spark, stream)]
+        suffix = uuid.uuid4().hex[:12]
+        self.delta_view, self.files_view = f"{view_prefix}_delta_{suffix}", f"{view_prefix}_files_{suffix}"
+        self.statement: str | None = None
+
+    def __enter__(self) -> "ChangelogWrite":
+        try:
+            self._prepare()
+        except BaseException:
+            self._drop_views()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._drop_views()
+
+    def _prepare(self) -> None:
+        spark, stream, changes = self.spark, self.stream, self.changes
+        _changes(spark, stream, changes).createOrReplaceTempView(self.delta_view)
+        if not self.spec.is_primary_key:
+            self.statement = sql.render_checked(T_LOG_APPEND, target=self.target, delta=self.delta_view,
+                                                columns=self.columns)
+            return
+        spark.sql(
+            sql.render_checked(T_STREAM_FILES, entries=[stream.database, stream.table, "entries"],
+                               bucket_field=bucket_field(spark, stream)),
+            args={"start_position": changes.start_position, "end_position": changes.end_position},
+        ).createOrReplaceTempView(self.files_view)
+        self.statement = sql.render_checked(T_PK_MERGE, target=self.target, delta=self.delta_view,
+                                            files=self.files_view, columns=self.columns,
+                                            keys=self.spec.primary_key, sequence_by=self.spec.sequence_by,
+                                            change_type=CHANGE_TYPE)
+
+    def commit(self, properties: dict[str, str]) -> None:
+        statement = self.statement
+        with_commit_properties(self.spark, properties, lambda: self.spark.sql(statement))
+
+    def _drop_views(self) -> None:
+        self.spark.catalog.dropTempView(self.delta_view)
+        self.spark.catalog.dropTempView(self.files_view)
+
+
+def replace_with_snapshot(spark: Any, source: TablePath, snapshot_id: int, target: list[str],
+                          columns: list[Column], properties: dict[str, str]) -> None:
+    """Replace ``target``'s rows with ``source`` at ``snapshot_id`` (a KV snapshot), as one commit.
+
+    ``columns`` are the target's: one the source lacks (added since the
+    snapshot) is NULL.
+    """
+    from pyspark.sql import functions as F
+
+    source_columns = {f.name.lower() for f in spark.table(source.quoted).schema.fields}
+    frame = spark.read.option("snapshot-id", str(snapshot_id)).table(source.quoted)
+    frame = frame.select([
+        F.col(sql.quote_ident(c.name)) if c.name.lower() in source_columns else F.lit(None).cast(c.type).alias(c.name)
+        for c in columns
+    ])
+    writer = frame.writeTo(sql.quote_table(*target))
+    for key, value in properties.items():
+        writer = writer.option(f"snapshot-property.{key}", value)
+    writer.overwrite(F.lit(True))
+
+
+def append_empty(spark: Any, table: TablePath, properties: dict[str, str]) -> None:
+    """An empty commit carrying ``properties`` (records a position when the range changed no row)."""
+    append = iceberg_table(spark, table.quoted).newAppend()
+    for key, value in properties.items():
+        append.set(key, value)
+    append.commit()
