@@ -250,7 +250,7 @@ class TwoPhaseCreate:
         Losing the race for the name to a concurrent creator aborts, like
         Spark's own atomic CTAS (or is a no-op with IF NOT EXISTS).
         """
-        from tierlake.procedures.tiering import register_table
+        from tierlake.server.coordinator.registration import register_table
         from tierlake.server.coordinator.state_machine import Status
 
         with _COMMIT_LOCK:
@@ -399,7 +399,7 @@ def recover(ctx: Any) -> list[dict[str, Any]]:
     One whose coordinator registration exists had passed its commit point; it
     is kept and its journal row completed (``recovered``).
     """
-    from tierlake.procedures.tiering import coordinator, find_registered
+    from tierlake.server.coordinator.registration import coordinator, find_registered
 
     spark = ctx.spark
     journal = Journal(spark)
