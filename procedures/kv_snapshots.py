@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from tierlake.procedures.registry import Context, registry
 from tierlake.server.catalog.table_path import parse_table_path
 from tierlake.server.kv import snapshots as kv
 from tierlake.server.kv import log_retention as logretention
+from tierlake.server.sqlapi import registry
+from tierlake.server.sqlapi.context import Context
+from tierlake.server.sqlapi.roles import ADMIN
 
 SNAPSHOT_COLUMNS = [("table_path", "string"), ("snapshot_id", "bigint"), ("log_position", "bigint"),
                     ("created_at", "timestamp"), ("created", "boolean")]
 
 
-@registry.procedure(returns=SNAPSHOT_COLUMNS)
+@registry.procedure(returns=SNAPSHOT_COLUMNS, role=ADMIN)
 def kv_snapshot(ctx: Context, table: str):
     """Take a KV snapshot of a primary-key stream table now: its key→row state at the current log position.
 
@@ -32,7 +34,7 @@ def kv_snapshot(ctx: Context, table: str):
 
 
 @registry.procedure(returns=[("table_path", "string"), ("snapshot_id", "bigint"), ("log_position", "bigint"),
-                             ("outcome", "string")])
+                             ("outcome", "string")], role=ADMIN)
 def expire_kv_snapshots(ctx: Context, table: str, retain: int | None = None):
     """Expire a table's KV snapshots except the newest ones and those under an unexpired lease.
 
@@ -50,7 +52,7 @@ def expire_kv_snapshots(ctx: Context, table: str, retain: int | None = None):
     return [(str(path), s.snapshot_id, s.log_position, outcome) for s, outcome in kv.expire(ctx.spark, path, retain)]
 
 
-@registry.procedure(returns=logretention.RESULT_COLUMNS)
+@registry.procedure(returns=logretention.RESULT_COLUMNS, role=ADMIN)
 def apply_log_retention(ctx: Context, table: str):
     """Apply the stream table's log retention (table.log.ttl) now.
 

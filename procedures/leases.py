@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from tierlake.procedures.registry import Context, registry
 from tierlake.server.runtime.durations import parse_duration
 from tierlake.server.catalog.table_path import parse_table_path
 from tierlake.server.kv import snapshots as kv
 from tierlake.server.kv.leases import DEFAULT_DURATION, RESULT_COLUMNS, Leases
+from tierlake.server.sqlapi import registry
+from tierlake.server.sqlapi.context import Context
+from tierlake.server.sqlapi.roles import TIERING
 
 
-@registry.procedure(returns=RESULT_COLUMNS)
+@registry.procedure(returns=RESULT_COLUMNS, role=TIERING)
 def acquire_lease(ctx: Context, lease_id: str, table: str, snapshots: dict[int, int | None] | None = None,
                   duration: str = DEFAULT_DURATION):
     """Lease KV snapshots of a primary-key table's buckets; renews every entry of the lease.
@@ -30,7 +32,7 @@ def acquire_lease(ctx: Context, lease_id: str, table: str, snapshots: dict[int, 
     return Leases(ctx.spark).acquire(lease_id, path, snapshots, parse_duration(duration, "duration"), kv.utcnow())
 
 
-@registry.procedure(returns=RESULT_COLUMNS)
+@registry.procedure(returns=RESULT_COLUMNS, role=TIERING)
 def release_lease(ctx: Context, lease_id: str, table: str, buckets: list[int] | None = None):
     """Release a lease's entries for one table (all buckets, or the listed ones).
 
@@ -46,7 +48,7 @@ def release_lease(ctx: Context, lease_id: str, table: str, buckets: list[int] | 
     return Leases(ctx.spark).release(lease_id, path, buckets)
 
 
-@registry.procedure(returns=RESULT_COLUMNS)
+@registry.procedure(returns=RESULT_COLUMNS, role=TIERING)
 def drop_lease(ctx: Context, lease_id: str):
     """Drop a lease with all its entries, on every table.
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from tierlake.procedures.registry import Context, registry
-from tierlake.procedures.tiering import coordinator, iceberg_properties, registered
-from tierlake.procedures.types import JsonObject
 from tierlake.server.exceptions import InvalidArgumentError, NoSuchTableError
 from tierlake.server.quality import gx, suite
 from tierlake.server.runtime.state_table import SmallTable
 from tierlake.server.catalog.table_path import TablePath, parse_table_path
 from tierlake.server.catalog.spec import TieredSpec
+from tierlake.server.coordinator.registration import coordinator, iceberg_properties, registered
+from tierlake.server.sqlapi import registry
+from tierlake.server.sqlapi.context import Context
+from tierlake.server.sqlapi.roles import ADMIN, WRITER
+from tierlake.server.sqlapi.types import JsonObject
 
 RESULT_COLUMNS = [
     ("run_id", "string"), ("expectation", "string"), ("success", "boolean"), ("observed_value", "string"),
@@ -33,7 +35,7 @@ def _sample_size(ctx: Context) -> int:
     return int(value or suite.DEFAULT_SAMPLE_SIZE)
 
 
-@registry.procedure(returns=RESULT_COLUMNS)
+@registry.procedure(returns=RESULT_COLUMNS, role=WRITER)
 def validate(ctx: Context, table: str):
     """Validate a tiered table's lake table with its Great Expectations suite; one row per expectation.
 
@@ -69,7 +71,7 @@ def _check_columns(ctx: Context, lake: TablePath, name: str, kwargs: dict[str, A
                                    f"(columns: {', '.join(sorted(columns))})")
 
 
-@registry.procedure(returns=EXPECTATION_COLUMNS + [("added", "boolean")])
+@registry.procedure(returns=EXPECTATION_COLUMNS + [("added", "boolean")], role=ADMIN)
 def add_expectation(ctx: Context, table: str, expectation: str, kwargs: JsonObject | None = None):
     """Add a Great Expectations expectation to a tiered table's suite.
 
@@ -104,7 +106,7 @@ def add_expectation(ctx: Context, table: str, expectation: str, kwargs: JsonObje
     return [(path.database, path.table, name, text, added)]
 
 
-@registry.procedure(returns=EXPECTATION_COLUMNS)
+@registry.procedure(returns=EXPECTATION_COLUMNS, role=ADMIN)
 def drop_expectation(ctx: Context, table: str, expectation: str, kwargs: JsonObject | None = None):
     """Remove user expectations from a table's suite; returns the ones removed.
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from tierlake.procedures.registry import Context, registry
+from tierlake.server.sqlapi import registry
+from tierlake.server.sqlapi.context import Context
+from tierlake.server.sqlapi.roles import READER
 
 
 def tierlake_version() -> str:
@@ -14,7 +16,7 @@ def tierlake_version() -> str:
         return "0+unknown"
 
 
-@registry.procedure(returns=[("component", "string"), ("version", "string")], read_only=True)
+@registry.procedure(returns=[("component", "string"), ("version", "string")], role=READER, read_only=True)
 def version(ctx: Context):
     """Versions of tierlake, Spark, Iceberg and the sys schema of this server."""
     from tierlake.server.runtime import migrations
@@ -34,6 +36,7 @@ def version(ctx: Context):
 
 @registry.procedure(
     returns=[("name", "string"), ("signature", "string"), ("returns", "string"), ("doc", "string")],
+    role=READER,
     read_only=True,
 )
 def describe_procedure(ctx: Context, name: str):
@@ -42,12 +45,12 @@ def describe_procedure(ctx: Context, name: str):
     Args:
       name: procedure name, with or without the ``sys.`` prefix
     """
-    proc = registry.get(name)
+    proc = (ctx.registry or registry.default).get(name)
     returns = ", ".join(f"{n} {t.upper()}" for n, t in proc.returns)
     return [(proc.qualified_name, proc.signature(), returns, proc.doc)]
 
 
-@registry.procedure(returns=[("key", "string"), ("value", "string")], read_only=True)
+@registry.procedure(returns=[("key", "string"), ("value", "string")], role=READER, read_only=True)
 def server_info(ctx: Context):
     """Where this server's pieces are: JDBC URL, metastore, warehouse, workers.
 
@@ -57,14 +60,13 @@ def server_info(ctx: Context):
     """
     from tierlake.server.runtime.metastore import metastore_db
 
-    server = ctx.extras.get("server")
     conf = ctx.spark.sparkContext.getConf()
     db = metastore_db(ctx.config)
     return [
-        ("jdbc_url", server.jdbc_url if server and server.gateway else None),
-        ("metastore_uri", server.metastore_uri if server else None),
+        ("jdbc_url", ctx.jdbc_url),
+        ("metastore_uri", ctx.metastore_uri),
         ("metastore_url", db.display_url if db.shared else None),
         ("warehouse", conf.get("spark.sql.warehouse.dir")),
         ("master", ctx.spark.sparkContext.master),
-        ("tiering_workers", str(len(server.workers)) if server else "0"),
+        ("tiering_workers", str(ctx.tiering_workers)),
     ]

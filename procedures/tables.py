@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from tierlake.procedures.registry import Context, registry
 from tierlake.server.tiering.ctas import RESULT_COLUMNS, create_table_as as run_create_table_as
 from tierlake.server.exceptions import InvalidArgumentError
 from tierlake.server.catalog.table_path import parse_table_path
 from tierlake.server.catalog.spec import ENABLED
+from tierlake.server.sqlapi import registry
+from tierlake.server.sqlapi.context import Context
+from tierlake.server.sqlapi.roles import ADMIN
 
 
-@registry.procedure(returns=RESULT_COLUMNS)
+@registry.procedure(returns=RESULT_COLUMNS, role=ADMIN)
 def create_table_as(ctx: Context, table: str, query: str, properties: dict[str, str] | None = None,
                     if_not_exists: bool = False):
     """Create a tiered table from a query, atomically (the CALL form of

@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any
 
-from tierlake.procedures.registry import Context, Registry, load_builtins, registry as default_registry
+from tierlake.procedures import load_builtins
 from tierlake.server.runtime import migrations
 from tierlake.server.runtime.config import Config
 from tierlake.server.coordinator.coordinator import Coordinator
@@ -17,6 +17,8 @@ from tierlake.udfs import load_builtins as load_udfs
 from tierlake.server.exceptions import ConfigError
 from tierlake.server.gateway.handler import CallHandler
 from tierlake.server.runtime.session import HomeLock, build_spark, free_port, start_metastore_service, start_thrift_server
+from tierlake.server.sqlapi.context import Context
+from tierlake.server.sqlapi.registry import Registry, default as default_registry
 
 log = logging.getLogger("tierlake.server")
 
@@ -98,7 +100,10 @@ class Server:
         return f"jdbc:hive2://{self.config.text('tierlake.gateway.host')}:{self.gateway.port}/default{tls}"
 
     def context(self, user: str | None = None) -> Context:
-        return Context(spark=self.spark, config=self.config, user=user, extras={"server": self})
+        """What a procedure run on behalf of ``user`` gets (built per call: workers and ports change)."""
+        return Context(spark=self.spark, config=self.config, user=user, coordinator=self.coordinator,
+                       registry=self.registry, jdbc_url=self.jdbc_url if self.gateway else None,
+                       metastore_uri=self.metastore_uri, tiering_workers=len(self.workers))
 
     def start(self) -> "Server":
         started = time.monotonic()

@@ -16,6 +16,8 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.tokens import TokenType
 
+from tierlake.sql.values import SqlMap
+
 SQL_DIR = Path(__file__).resolve().parent
 DIALECT = "spark"
 
@@ -38,8 +40,6 @@ def sql_literal(value) -> str:
     Only for statements that must travel as text (CALLs over JDBC, which has
     no bind parameters); dicts become ``named_struct``, ``SqlMap`` ``map``.
     """
-    from tierlake.procedures.types import SqlMap
-
     if value is None:
         return "NULL"
     if isinstance(value, bool):

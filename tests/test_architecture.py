@@ -50,6 +50,19 @@ def _imported(node: ast.AST, module: str, is_package: bool, known: set[str]) -> 
     return out
 
 
+def _runtime_nodes(tree: ast.AST):
+    """Every node of ``tree`` except those under ``if TYPE_CHECKING:`` (annotations only, never run)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                todo.extend(child.orelse)
+                continue
+            todo.append(child)
+
+
 def import_graph() -> dict[str, set[str]]:
     """Module → the tierlake modules it imports, at any level of the file."""
     modules = source_modules()
@@ -58,7 +71,7 @@ def import_graph() -> dict[str, set[str]]:
     for name, path in modules.items():
         tree = ast.parse(path.read_text(), filename=str(path))
         targets: set[str] = set()
-        for node in ast.walk(tree):
+        for node in _runtime_nodes(tree):
             for target in _imported(node, name, path.name == "__init__.py", known):
                 # ``import tierlake.server.kv.snapshots as kv`` → the deepest known module.
                 while target and target not in known:

@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from tierlake.procedures.registry import load_builtins
+from tierlake.procedures import load_builtins
 from tierlake.server import exceptions
 from tierlake.server.runtime.config import DEFAULTS
 

@@ -7,7 +7,7 @@ property either belongs to users (set in ``CREATE TABLE … TBLPROPERTIES`` or
 sets itself; ``table`` says which table carries it (the stream table, its
 lake table or its KV table). Some defaults are a server setting or another
 property: :func:`read` resolves them. docs/configuration.md renders both
-tables (``python -m tierlake.server.runtime.settings --write``).
+tables (``python -m tierlake.server.config_docs --write``).
 """
 
 from __future__ import annotations

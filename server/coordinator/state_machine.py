@@ -318,6 +318,13 @@ def retry(state: TableState, now: datetime) -> None:
     transition(state, Status.PENDING, now)
 
 
+def disable(state: TableState, now: datetime) -> Round:
+    """``sys.disable_tiering``: the table leaves the state machine (the caller
+    drops its state); the returned ``disabled`` round closes whatever round was
+    in progress, so its history shows why it ended."""
+    return _round(state, now, "disabled")
+
+
 def heartbeat(
     states: dict[int, TableState],
     job_id: str,

@@ -3,9 +3,10 @@
 Without a password file the gateway is in development mode: any user name
 and password are accepted and every user may do everything (what tierlake
 did before roles existed). With ``tierlake.gateway.password-file`` set, logins
-are checked against it and each statement needs a role (procedures/roles.py):
+are checked against it and each statement needs a role (server/sqlapi/roles.py):
 
-- ``CALL sys.<name>``: the role in :data:`procedures.roles.PROCEDURE_ROLES`;
+- ``CALL sys.<name>``: the role the procedure declared when it registered
+  (:attr:`Procedure.role`; ``admin`` for a name no registry knows);
 - queries (SELECT, VALUES, SHOW, DESCRIBE, EXPLAIN, USE, CACHE) and session
   settings (``SET spark.sql.…=…`` except catalogs, extensions and other
   class-loading keys; ``RESET``): ``reader``;
@@ -29,10 +30,11 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
-from tierlake.procedures import roles as R
+from tierlake.server.sqlapi import roles as R
 from tierlake.server.exceptions import PermissionDeniedError, TierlakeError
 from tierlake.server.gateway.callparse import is_sys_call, parse_call
 from tierlake.server.gateway.passwords import PasswordFile
+from tierlake.server.sqlapi.registry import default as default_registry
 
 log = logging.getLogger("tierlake.gateway")
 
@@ -105,17 +107,26 @@ def _classify_tree(tree: exp.Expression, current_database: str | None) -> Requir
 
 
 def classify(statement: str, current_database: str | None = None, registry: Any = None) -> Requirement:
-    """The role a statement needs (see the module docstring)."""
+    """The role a statement needs (see the module docstring).
+
+    ``registry`` is the one the handler will look the CALL up in; without
+    one, procedures are looked up in the default registry and a name it does
+    not know needs ``admin``.
+    """
     if is_sys_call(statement):
         try:
             name = parse_call(statement).name
-            if registry is not None:
-                registry.get(name)
+            proc = registry.get(name) if registry is not None else None
         except TierlakeError:
             # Syntax errors and unknown names are the handler's to report;
             # nothing runs.
             return Requirement(R.READER, "CALL")
-        return Requirement(R.procedure_role(name), f"CALL sys.{name}")
+        if proc is None:
+            try:
+                proc = default_registry.get(name)
+            except TierlakeError:
+                return Requirement(R.ADMIN, f"CALL sys.{name}")
+        return Requirement(proc.role, f"CALL sys.{name}")
     if _calls_jvm(statement):
         return Requirement(R.ADMIN, "reflect/java_method")
     assignment = _SET_ASSIGN.match(statement)

@@ -18,7 +18,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
-from tierlake.procedures.types import SqlMap, SqlStruct
+from tierlake.server.sqlapi.types import SqlMap, SqlStruct
 from tierlake.server.exceptions import SqlSyntaxError
 
 DIALECT = "spark"

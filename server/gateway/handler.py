@@ -6,7 +6,8 @@ import logging
 import time
 from typing import Callable
 
-from tierlake.procedures.registry import Context, Registry
+from tierlake.server.sqlapi.context import Context
+from tierlake.server.sqlapi.registry import Registry
 from tierlake.server.gateway.ddl import parse_tiered_create, parse_tiering_alter
 from tierlake.server.exceptions import SparkSqlError, SqlSyntaxError, TableExistsError, TierlakeError
 from tierlake.server.gateway.callparse import is_sys_call, parse_call
@@ -82,7 +83,7 @@ class CallHandler:
         """``ALTER TABLE … SET TBLPROPERTIES ('table.datalake.…' = …)``: check the
         values, run the statement, and reschedule the table at once (a shorter
         freshness must not wait for the end of the current interval)."""
-        from tierlake.procedures.tiering import rescheduler
+        from tierlake.server.coordinator.registration import rescheduler
         from tierlake.server.runtime.durations import parse_duration
         from tierlake.server.catalog.properties import FRESHNESS_PROPERTY, MAX_ROUND, QUALITY
         from tierlake.server.catalog.spec import quality_mode
@@ -101,7 +102,7 @@ class CallHandler:
 
     def create_tiered(self, statement: str, user: str | None = None) -> LocalResult:
         """``CREATE TABLE … TBLPROPERTIES('table.datalake.enabled'='true')``."""
-        from tierlake.procedures.tiering import register_table
+        from tierlake.server.coordinator.registration import register_table
         from tierlake.server.coordinator.state_machine import Status
         from tierlake.server.catalog.tiered_tables import create_tiered_table
 

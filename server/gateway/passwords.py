@@ -25,7 +25,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from tierlake.procedures.roles import ROLES
+from tierlake.server.sqlapi.roles import ROLES
 from tierlake.server.exceptions import ConfigError
 
 USER_NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,128}$")

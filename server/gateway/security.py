@@ -14,7 +14,7 @@ from thrift.Thrift import TMessageType
 from tierlake.server.exceptions import AuthenticationError
 from TCLIService import TCLIService, ttypes
 
-from .protocol import MessageReader, SocketTransport, encode_reply, error_status
+from tierlake.server.gateway.protocol import MessageReader, SocketTransport, encode_reply, error_status
 
 # A refused NOSASL client sends an OpenSession first; it is read (up to this
 # size) only to answer it.

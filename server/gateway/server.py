@@ -24,13 +24,13 @@ from thrift.Thrift import TMessageType
 from tierlake.server.exceptions import TierlakeError
 from TCLIService import TCLIService, ttypes
 
-from .protocol import (DEFAULT_MAX_MESSAGE, LocalResult, MessageReader, RawMessage, SessionInfo,
+from tierlake.server.gateway.protocol import (DEFAULT_MAX_MESSAGE, LocalResult, MessageReader, RawMessage, SessionInfo,
                        SocketTransport, StatementHandler, decode_body, encode_message,
                        encode_reply, error_status, ok_status)
-from .operations import OperationControl, running
-from .results import build_row_set, empty_log_row_set, parse_columns, table_schema
-from .sasl import Authenticator, NotSaslClient, SaslError, SaslServerTransport
-from .security import TlsError, refuse_nosasl, start_tls, use_target
+from tierlake.server.runtime.operations import OperationControl, running
+from tierlake.server.gateway.results import build_row_set, empty_log_row_set, parse_columns, table_schema
+from tierlake.server.gateway.sasl import Authenticator, NotSaslClient, SaslError, SaslServerTransport
+from tierlake.server.gateway.security import TlsError, refuse_nosasl, start_tls, use_target
 
 log = logging.getLogger("tierlake.gateway")
 

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from tierlake.server.runtime.docstrings import parse_docstring
 from tierlake.server.exceptions import ConfigError
 
 # The SQL names of parameter annotations (a UDF argument may always be NULL,
@@ -47,35 +48,6 @@ _SCALARS = {str: "STRING", int: "BIGINT", float: "DOUBLE", bool: "BOOLEAN", dt.d
 # Return types pyspark accepts as DDL strings and users read in the docs.
 _RETURN_TYPES = {"string", "bigint", "int", "double", "boolean", "timestamp", "date"}
 _NAME = re.compile(r"[a-z_][a-z0-9_]*")
-_ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$")
-_ARG_LINE = re.compile(r"^\s{2,}(\w+)\s*:\s*(.+)$")
-
-
-def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
-    """(summary line, {parameter: description}) of a Google-style docstring.
-
-    The same rules as the procedure registry's (``procedures/registry.py``),
-    kept here so the server does not import the procedures package.
-    """
-    lines = inspect.cleandoc(doc).splitlines()
-    summary = lines[0].strip() if lines else ""
-    params: dict[str, str] = {}
-    in_args = False
-    current = None
-    for line in lines[1:]:
-        if _ARGS_HEADER.match(line):
-            in_args = True
-            continue
-        if in_args:
-            m = _ARG_LINE.match(line)
-            if m:
-                current = m.group(1)
-                params[current] = m.group(2).strip()
-            elif line.strip() and current and line.startswith("      "):
-                params[current] += " " + line.strip()
-            elif line.strip() and not line.startswith(" "):
-                in_args = False
-    return summary, params
 
 
 def _sql_type(annotation: Any) -> str:

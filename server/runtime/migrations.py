@@ -132,9 +132,7 @@ def refresh_procedure_catalog(spark: Any, registry: Any) -> int:
     ]
     # DataFrame write: values are bound, never pasted into SQL text.
     spark.createDataFrame(rows, schema).writeTo("sys.procedure_catalog").overwritePartitions()
-    from tierlake.procedures.roles import procedure_role
-
-    roles = [(p.qualified_name, procedure_role(p.name)) for p in registry]
+    roles = [(p.qualified_name, p.role) for p in registry]
     role_schema = StructType([StructField("name", StringType()), StructField("role", StringType())])
     spark.createDataFrame(roles, role_schema).writeTo("sys.procedure_roles").overwritePartitions()
     return len(rows)

@@ -5,8 +5,8 @@ means empty, ``None`` unset), its type and a one-line help. :class:`Config`
 takes its defaults from here, checks values against the type at load and
 refuses keys that are not here; docs/configuration.md renders the table::
 
-    python -m tierlake.server.runtime.settings --markdown   # print the tables
-    python -m tierlake.server.runtime.settings --write      # update the doc in place
+    python -m tierlake.server.config_docs --markdown   # print the tables
+    python -m tierlake.server.config_docs --write      # update the doc in place
 
 Table properties have their own registry: :mod:`tierlake.server.catalog.properties`.
 """
@@ -190,7 +190,7 @@ def duration_default(key: str) -> timedelta:
 
 # ---- docs/configuration.md -------------------------------------------------
 
-BEGIN = "<!-- BEGIN GENERATED: {name} (python -m tierlake.server.runtime.settings --write) -->"
+BEGIN = "<!-- BEGIN GENERATED: {name} (python -m tierlake.server.config_docs --write) -->"
 END = "<!-- END GENERATED: {name} -->"
 DOC_PATH = "docs/configuration.md"
 
@@ -211,47 +211,3 @@ def settings_markdown() -> str:
     for key, value in SPARK_DEFAULTS.items():
         rows.append(f"| `{key}` | Spark | `{value}` | tierlake's default; Spark's own differs |")
     return "\n".join(rows)
-
-
-def generated_sections() -> dict[str, str]:
-    """Section name → generated markdown, for every generated part of docs/configuration.md."""
-    from tierlake.server.catalog import properties
-
-    return {"settings": settings_markdown(), "table-properties": properties.table_properties_markdown(),
-            "commit-properties": properties.commit_properties_markdown()}
-
-
-def render_doc(text: str) -> str:
-    """``text`` (docs/configuration.md) with every generated section replaced by its current rendering."""
-    for name, body in generated_sections().items():
-        begin, end = BEGIN.format(name=name), END.format(name=name)
-        head, found, rest = text.partition(begin)
-        if not found:
-            raise ValueError(f"{DOC_PATH} lacks the marker {begin}")
-        _, found, tail = rest.partition(end)
-        if not found:
-            raise ValueError(f"{DOC_PATH} lacks the marker {end}")
-        text = f"{head}{begin}\n{body}\n{end}{tail}"
-    return text
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-    from pathlib import Path
-
-    parser = argparse.ArgumentParser(prog="python -m tierlake.server.runtime.settings",
-                                     description="Render the settings and table-property registries.")
-    parser.add_argument("--markdown", action="store_true", help="print the generated tables")
-    parser.add_argument("--write", action="store_true", help=f"update {DOC_PATH} in place")
-    args = parser.parse_args(argv)
-    if args.write:
-        path = Path(__file__).resolve().parents[2] / DOC_PATH
-        path.write_text(render_doc(path.read_text(encoding="utf-8")), encoding="utf-8")
-        print(f"updated {path}")
-    else:
-        print("\n\n".join(generated_sections().values()))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

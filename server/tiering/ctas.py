@@ -17,7 +17,7 @@ is complete, and the journal row is only brought up to date.
 :func:`create_table_as` drives the phases from the statement's outcome, as
 FLIP-305's job-status hook does: success commits; a failed query, a lost
 commit race or a client cancel (the gateway's CancelOperation or a
-disconnect, through :mod:`server.gateway.operations`) aborts.
+disconnect, through :mod:`tierlake.server.runtime.operations`) aborts.
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ from tierlake.server.catalog.spec import CHANGE_TYPE, TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.catalog.tiered_tables import create_lake_table, create_stream_table, lake_path, stream_properties
 from tierlake.server.changelog.planner import plan_round
+from tierlake.server.coordinator.registration import coordinator, find_registered, register_table
 from tierlake.server.coordinator.state_machine import Status
-from tierlake.server.gateway import operations
+from tierlake.server.runtime import operations
 from tierlake.server.tiering.round import run_round
 
 log = logging.getLogger("tierlake.ctas")
@@ -248,8 +249,6 @@ class TwoPhaseCreate:
         Losing the race for the name to a concurrent creator aborts, like
         Spark's own atomic CTAS (or is a no-op with IF NOT EXISTS).
         """
-        from tierlake.procedures.tiering import register_table
-
         with _COMMIT_LOCK:
             taken = self.exists()
             if taken is not None:
@@ -393,7 +392,6 @@ def recover(ctx: Any) -> list[dict[str, Any]]:
     One whose coordinator registration exists had passed its commit point; it
     is kept and its journal row completed (``recovered``).
     """
-    from tierlake.procedures.tiering import coordinator, find_registered
 
     spark = ctx.spark
     journal = Journal(spark)

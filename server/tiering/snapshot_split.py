@@ -126,7 +126,7 @@ class JobLeases:
 
     def acquire(self, path: str, split: SnapshotSplit) -> bool:
         """Lease the split's snapshot for every bucket; False if it is no longer available."""
-        from tierlake.procedures.types import SqlMap
+        from tierlake.server.sqlapi.types import SqlMap
 
         rows = self._call("acquire_lease", lease_id=self.lease_id, table=path,
                           snapshots=SqlMap({b: split.snapshot_id for b in range(split.buckets)}))

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pyhive import exc, hive
 
-from tierlake.procedures.registry import Procedure, Registry
+from tierlake.server.sqlapi.registry import Procedure, Registry
 
 pytestmark = [pytest.mark.load, pytest.mark.integration]
 
@@ -71,7 +71,7 @@ def dry_registry(source: Registry) -> Registry:
     for proc in source:
         func = proc.func if proc.read_only else dry
         registry._procedures[proc.name] = Procedure(proc.name, func, proc.params, proc.returns, proc.description,
-                                                    proc.doc, proc.read_only)
+                                                    proc.doc, proc.read_only, proc.role)
     return registry
 
 

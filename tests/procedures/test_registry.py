@@ -2,8 +2,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from tierlake.procedures.registry import Context, Registry
-from tierlake.procedures.types import SqlMap, SqlStruct
+from tierlake.server.sqlapi.registry import Context, Registry
+from tierlake.server.sqlapi.types import SqlMap, SqlStruct
 from tierlake.server.exceptions import InvalidArgumentError, ProcedureFailedError, UnknownProcedureError
 
 
@@ -132,7 +132,7 @@ def test_undocumented_procedures_cannot_register():
 
 
 def test_every_builtin_procedure_is_documented():
-    from tierlake.procedures.registry import load_builtins
+    from tierlake.procedures import load_builtins
 
     reg = load_builtins()
     assert len(reg) >= 1

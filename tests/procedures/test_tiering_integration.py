@@ -10,7 +10,7 @@ import pytest
 from pyhive import exc, hive
 
 from tierlake import sql
-from tierlake.server.clients.admin import Admin
+from tierlake.server.clients.procedure_client import Admin
 from tests.conftest import make_iceberg_tables
 
 pytestmark = pytest.mark.integration

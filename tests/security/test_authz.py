@@ -2,8 +2,8 @@
 
 import pytest
 
-from tierlake.procedures import roles as R
-from tierlake.procedures.registry import load_builtins
+from tierlake.server.sqlapi import roles as R
+from tierlake.procedures import load_builtins
 from tierlake.server.gateway.authz import Authorizer, classify
 from tierlake.server.exceptions import PermissionDeniedError
 from tierlake.server.gateway.passwords import PasswordFile, set_user
@@ -59,7 +59,8 @@ def test_classify(statement, role):
     assert classify(statement, None, load_builtins()).role == role
 
 
-def test_mapped_but_unregistered_procedures_keep_their_role_without_a_registry():
+def test_without_a_registry_the_default_registry_gives_the_role():
+    load_builtins()
     assert classify("CALL sys.acquire_lease('job', 'a.b')").role == R.TIERING
     assert classify("CALL sys.some_extension()").role == R.ADMIN
 

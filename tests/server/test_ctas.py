@@ -20,7 +20,7 @@ from TCLIService import ttypes
 
 from tierlake.server.tiering.ctas import StatementHook, _label, _location_key, check_query
 from tierlake.server.exceptions import InvalidArgumentError, OperationCancelledError, SqlSyntaxError, TableExistsError
-from tierlake.server.gateway.operations import OperationControl
+from tierlake.server.runtime.operations import OperationControl
 
 # -- unit (no JVM) -------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from tierlake.procedures.types import JsonObject, SqlMap, coerce, sql_type
+from tierlake.server.sqlapi.types import JsonObject, SqlMap, coerce, sql_type
 from tierlake.server.exceptions import InvalidArgumentError, MissingDependencyError
 from tierlake.server.quality import gx
 from tierlake.server.quality.suite import RunResult, failure_text

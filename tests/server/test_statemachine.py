@@ -193,3 +193,16 @@ def test_rounds_that_found_nothing_new_are_not_history():
     states = {1: table(status=Status.TIERING, tiering_epoch=1, job_id="j", tiered_position=5)}
     out = sm.heartbeat(states, "j", [], [FinishedEntry(1, 1, rows=0, tiered_position=5)], [], False, T0, POLICY)
     assert out.rounds == [] and states[1].status is Status.SCHEDULED and states[1].last_tiered_time == T0
+
+
+def test_disable_closes_the_round_in_progress():
+    started = T0 - timedelta(seconds=30)
+    s = table(status=Status.TIERING, tiering_epoch=3, job_id="j", round_started=started, tiered_position=9)
+    rnd = sm.disable(s, T0)
+    assert (rnd.table_id, rnd.database_name, rnd.table_name, rnd.tiering_epoch, rnd.job_id) == (1, "shop", "t1", 3, "j")
+    assert (rnd.started_at, rnd.ended_at, rnd.start_position, rnd.end_position) == (started, T0, 9, 9)
+    assert (rnd.rows, rnd.bytes, rnd.files, rnd.outcome, rnd.error, rnd.duration_ms) == (
+        None, None, None, "disabled", None, 30_000)
+    # An idle table: no job, no start time.
+    idle = sm.disable(table(status=Status.SCHEDULED), T0)
+    assert (idle.job_id, idle.started_at, idle.duration_ms, idle.outcome) == (None, None, None, "disabled")

@@ -13,7 +13,7 @@ import pytest
 import sqlglot
 
 from tierlake import sql
-from tierlake.procedures.types import SqlMap
+from tierlake.sql.values import SqlMap
 from tierlake.server.catalog.spec import CHANGE_TYPE, Column, TieredSpec, partition_sql
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "templates"

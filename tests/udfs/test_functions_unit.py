@@ -113,9 +113,10 @@ def test_registry_refuses_unsupported_parameters_and_duplicates():
         reg.register(echo, returns="string")
 
 
-def test_parse_docstring_matches_the_procedure_registry():
-    from tierlake.procedures.registry import _parse_doc
+def test_procedures_and_udfs_share_one_docstring_convention():
+    from tierlake.server.sqlapi import registry
 
+    assert registry.parse_docstring is parse_docstring
     doc = """Summary line.
 
     More text.
@@ -127,8 +128,7 @@ def test_parse_docstring_matches_the_procedure_registry():
     Returns:
       nothing
     """
-    assert parse_docstring(doc) == _parse_doc(doc) == ("Summary line.", {"a": "first continued here.",
-                                                                         "b": "second."})
+    assert parse_docstring(doc) == ("Summary line.", {"a": "first continued here.", "b": "second."})
 
 
 def test_builtins_are_prefixed_and_registered_in_the_shared_registry():

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from tierlake.procedures.types import SqlMap, SqlStruct
+from tierlake.server.sqlapi.types import SqlMap, SqlStruct
 from tierlake.server.exceptions import SqlSyntaxError
 from tierlake.server.gateway.callparse import is_sys_call, parse_call
 

@@ -9,7 +9,7 @@ import threading
 import time
 
 from tierlake.server.exceptions import OperationCancelledError, SqlSyntaxError, UnknownProcedureError
-from tierlake.server.gateway import operations
+from tierlake.server.runtime import operations
 from tierlake.server.gateway.protocol import LocalResult, SessionInfo
 
 ROWS_COLUMNS = [("name", "string"), ("n", "bigint"), ("ts", "timestamp"), ("nothing", "string")]

@@ -1,4 +1,4 @@
-"""Gateway-answered statements that run long enough to be cancelled.
+"""Cancellation of statements tierlake answers itself (gateway-answered ones).
 
 A statement the handler answers runs on its own thread when the client asked
 for asynchronous execution (Hive JDBC and beeline always do; PyHive with

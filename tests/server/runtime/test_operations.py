@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from tierlake.server.gateway.operations import OperationControl, current, running
+from tierlake.server.runtime.operations import OperationControl, current, running
 
 
 def test_callbacks_run_once_on_cancel_and_at_once_when_registered_late():

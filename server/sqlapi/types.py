@@ -15,14 +15,9 @@ from decimal import Decimal
 from typing import Any, Union
 
 from tierlake.server.exceptions import InvalidArgumentError
+from tierlake.sql.values import SqlMap, SqlStruct
 
-
-class SqlMap(dict):
-    """A value written as ``map(k, v, ...)`` in a CALL."""
-
-
-class SqlStruct(dict):
-    """A value written as ``named_struct('f', v, ...)`` in a CALL."""
+__all__ = ["JsonObject", "SqlMap", "SqlStruct", "coerce", "sql_type"]
 
 
 class JsonObject(dict):

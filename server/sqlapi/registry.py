@@ -2,18 +2,25 @@
 
 Built-in procedures register exactly as a user extension would::
 
-    from tierlake.procedures.registry import registry
+    from tierlake.server.sqlapi import registry
+    from tierlake.server.sqlapi.roles import READER
 
-    @registry.procedure(returns=[("greeting", "string")])
+    @registry.procedure(returns=[("greeting", "string")], role=READER, read_only=True)
     def hello(ctx, name: str = "world"):
-        '''Say hello.'''
+        '''Say hello.
+
+        Args:
+          name: who to greet
+        '''
         return [(f"hello {name}",)]
 
-Parameters come from the function signature (the first parameter is always
-the :class:`Context`); their SQL types from the annotations (see
-:mod:`procedures.types`); descriptions from an ``Args:`` block in the
-docstring. A procedure without a docstring, or with an undocumented
-parameter, cannot be registered.
+The module-level :func:`procedure` registers into :data:`default`, the
+registry the server uses. Parameters come from the function signature (the
+first parameter is always the :class:`~tierlake.server.sqlapi.context.Context`);
+their SQL types from the annotations (see :mod:`tierlake.server.sqlapi.types`);
+descriptions from an ``Args:`` block in the docstring; the role a caller
+needs from ``role=`` (``admin`` when omitted). A procedure without a
+docstring, or with an undocumented parameter, cannot be registered.
 """
 
 from __future__ import annotations
@@ -22,10 +29,13 @@ import difflib
 import inspect
 import re
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
-from tierlake.procedures.types import coerce, sql_type
+from tierlake.server.runtime.docstrings import parse_docstring
+from tierlake.server.sqlapi.context import Context
+from tierlake.server.sqlapi.roles import ADMIN, check_role
+from tierlake.server.sqlapi.types import coerce, sql_type
 from tierlake.server.exceptions import (
     InvalidArgumentError,
     ProcedureFailedError,
@@ -73,16 +83,6 @@ def _sql_default(value: Any) -> str:
 
 
 @dataclass
-class Context:
-    """What a running procedure gets: the Spark session, the config, the caller."""
-
-    spark: Any
-    config: Any = None
-    user: str | None = None
-    extras: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
 class Procedure:
     """A registered procedure."""
 
@@ -93,6 +93,8 @@ class Procedure:
     description: str
     doc: str
     read_only: bool = False
+    role: str = ADMIN
+    """The role a caller needs (see :mod:`tierlake.server.sqlapi.roles`)."""
 
     @property
     def qualified_name(self) -> str:
@@ -162,30 +164,6 @@ class Procedure:
         return rows
 
 
-_ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$")
-_ARG_LINE = re.compile(r"^\s{2,}(\w+)\s*:\s*(.+)$")
-
-
-def _parse_doc(doc: str) -> tuple[str, dict[str, str]]:
-    lines = inspect.cleandoc(doc).splitlines()
-    summary = lines[0].strip() if lines else ""
-    params: dict[str, str] = {}
-    in_args = False
-    current = None
-    for line in lines[1:]:
-        if _ARGS_HEADER.match(line):
-            in_args = True
-            continue
-        if in_args:
-            m = _ARG_LINE.match(line)
-            if m:
-                current = m.group(1)
-                params[current] = m.group(2).strip()
-            elif line.strip() and current and line.startswith("      "):
-                params[current] += " " + line.strip()
-            elif line.strip() and not line.startswith(" "):
-                in_args = False
-    return summary, params
 
 
 class Registry:
@@ -199,12 +177,13 @@ class Registry:
         name: str | None = None,
         *,
         returns: list[tuple[str, str]],
+        role: str = ADMIN,
         read_only: bool = False,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Decorator registering ``func`` as ``sys.<name>``."""
+        """Decorator registering ``func`` as ``sys.<name>``, callable with ``role``."""
 
         def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-            self.register(func, name=name, returns=returns, read_only=read_only)
+            self.register(func, name=name, returns=returns, role=role, read_only=read_only)
             return func
 
         return decorate
@@ -215,16 +194,18 @@ class Registry:
         *,
         name: str | None = None,
         returns: list[tuple[str, str]],
+        role: str = ADMIN,
         read_only: bool = False,
     ) -> Procedure:
         name = (name or func.__name__).lower()
         if not re.fullmatch(r"[a-z_][a-z0-9_]*", name):
             raise ValueError(f"invalid procedure name {name!r}")
+        check_role(role)
         if name in self._procedures:
             raise ValueError(f"procedure sys.{name} is already registered")
         if not func.__doc__ or not func.__doc__.strip():
             raise ValueError(f"procedure sys.{name} has no docstring: procedures are user-facing SQL API")
-        summary, param_docs = _parse_doc(func.__doc__)
+        summary, param_docs = parse_docstring(func.__doc__)
         hints = typing.get_type_hints(func)
         sig = inspect.signature(func)
         params = []
@@ -247,6 +228,7 @@ class Registry:
             description=summary,
             doc=inspect.cleandoc(func.__doc__),
             read_only=read_only,
+            role=role,
         )
         self._procedures[name] = proc
         return proc
@@ -277,16 +259,19 @@ class Registry:
         return len(self._procedures)
 
 
-registry = Registry()
+default = Registry()
 """The registry the server uses; built-ins and extensions both register here."""
 
 
-def load_builtins() -> Registry:
-    """Import the built-in procedure modules (they register on import)."""
-    from tierlake.procedures import BUILTIN_MODULES  # noqa: F401 - import side effect
+def procedure(
+    name: str | None = None,
+    *,
+    returns: list[tuple[str, str]],
+    role: str = ADMIN,
+    read_only: bool = False,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator registering ``func`` as ``sys.<name>`` in :data:`default`."""
+    return default.procedure(name, returns=returns, role=role, read_only=read_only)
 
-    import importlib
 
-    for module in BUILTIN_MODULES:
-        importlib.import_module(module)
-    return registry
+__all__ = ["Context", "Param", "Procedure", "Registry", "default", "procedure"]
