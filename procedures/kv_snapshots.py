@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tierlake.server.catalog.table_path import parse_table_path
+from tierlake.server.kv import catalog, retention
 from tierlake.server.kv import snapshots as kv
 from tierlake.server.kv import log_retention as logretention
 from tierlake.server.sqlapi import registry
@@ -29,7 +30,7 @@ def kv_snapshot(ctx: Context, table: str):
     path = parse_table_path(table, ctx.spark.catalog.currentDatabase())
     snap, created = kv.take_snapshot(ctx.spark, path)
     if created:
-        kv.expire(ctx.spark, path, kv.num_retained(kv.properties(ctx.spark, path), ctx.config))
+        retention.expire(ctx.spark, path, retention.num_retained(catalog.properties(ctx.spark, path), ctx.config))
     return [(str(path), snap.snapshot_id, snap.log_position, snap.created_at, created)]
 
 
@@ -48,8 +49,8 @@ def expire_kv_snapshots(ctx: Context, table: str, retain: int | None = None):
     """
     path = parse_table_path(table, ctx.spark.catalog.currentDatabase())
     if retain is None:
-        retain = kv.num_retained(kv.primary_key_spec(ctx.spark, path)[0], ctx.config)
-    return [(str(path), s.snapshot_id, s.log_position, outcome) for s, outcome in kv.expire(ctx.spark, path, retain)]
+        retain = retention.num_retained(catalog.primary_key_spec(ctx.spark, path)[0], ctx.config)
+    return [(str(path), s.snapshot_id, s.log_position, outcome) for s, outcome in retention.expire(ctx.spark, path, retain)]
 
 
 @registry.procedure(returns=logretention.RESULT_COLUMNS, role=ADMIN)

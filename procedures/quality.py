@@ -10,6 +10,7 @@ from tierlake.server.runtime.state_table import SmallTable
 from tierlake.server.catalog.table_path import TablePath, parse_table_path
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.coordinator.registration import coordinator, iceberg_properties, registered
+from tierlake.server.runtime.config import Config
 from tierlake.server.sqlapi import registry
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.sqlapi.roles import ADMIN, WRITER
@@ -31,8 +32,7 @@ def _registered(ctx: Context, table: str):
 
 
 def _sample_size(ctx: Context) -> int:
-    value = ctx.config.get("tierlake.quality.sample-size", str(suite.DEFAULT_SAMPLE_SIZE)) if ctx.config else None
-    return int(value or suite.DEFAULT_SAMPLE_SIZE)
+    return (ctx.config or Config.defaults()).int("tierlake.quality.sample-size")
 
 
 @registry.procedure(returns=RESULT_COLUMNS, role=WRITER)

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tierlake.server.exceptions import InvalidArgumentError
+from tierlake.server.runtime import settings
+from tierlake.server.runtime.durations import parse_duration
 
 # ---- user-facing properties of a stream table -------------------------------
 ENABLED = "table.datalake.enabled"
@@ -149,8 +151,6 @@ def raw(props: dict[str, str], key: str, config: Any = None) -> str | None:
     if prop.fallback:
         return raw(props, prop.fallback, config)
     if prop.setting:
-        from tierlake.server.runtime import settings
-
         setting = settings.lookup(prop.setting)
         return config.get(prop.setting, setting.default) if config is not None else setting.default
     return prop.default
@@ -159,8 +159,6 @@ def raw(props: dict[str, str], key: str, config: Any = None) -> str | None:
 def read(props: dict[str, str], key: str, config: Any = None) -> Any:
     """The typed value of property ``key`` (see :func:`raw` for the default);
     a bad value raises ``InvalidArgumentError`` naming the key."""
-    from tierlake.server.runtime.durations import parse_duration
-
     prop = lookup(key)
     text = raw(props, key, config)
     if text is None:
@@ -183,8 +181,6 @@ def _default_text(prop: Property) -> str:
     if prop.fallback:
         return f"`{prop.fallback}`"
     if prop.setting:
-        from tierlake.server.runtime import settings
-
         return f"`{prop.setting}` (`{settings.lookup(prop.setting).default}`)"
     return f"`{prop.default}`" if prop.default is not None else "none"
 

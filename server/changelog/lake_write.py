@@ -117,7 +117,7 @@ class ChangelogWrite:
     drops the views. ``commit`` runs it with the commit properties::
 
         with ChangelogWrite(spark, stream, spec, target, chunk, columns) as write:
-            write.commit({"commit-user": COMMIT_USER, ...})
+            write.commit({P.COMMIT_USER: COMMIT_USER, ...})
     """
 
     def __init__(self, spark: Any, stream: TablePath, spec: TieredSpec, target: list[str], changes: Chunk,

@@ -12,15 +12,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from tierlake.server.catalog.properties import LOG_START_PROPERTY as LOG_START
+from tierlake.server.catalog.properties import MAINTENANCE, SOURCE_POSITION, SOURCE_SNAPSHOT
 from tierlake.server.exceptions import TieringGuardError
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.catalog.spec import TieredSpec
 
-SOURCE_POSITION = "tiering.source-position"
-SOURCE_SNAPSHOT = "tiering.source-snapshot-id"
-MAINTENANCE = "tierlake.maintenance"
-LOG_START = "tierlake.log.start-position"  # log retention: the log is complete after it
 MAX_WALK = 100_000
 
 

@@ -21,20 +21,22 @@ from typing import Any
 from tierlake import sql
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
-from tierlake.server.changelog.planner import LOG_START
 from tierlake.server.exceptions import InvalidArgumentError, NoSuchTableError
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.runtime.state_table import SmallTable
 
+from tierlake.server.catalog.properties import (  # noqa: F401 - the kv package's names for them
+    KV_OF_PROPERTY,
+    KV_POSITION,
+    KV_STREAM_SNAPSHOT,
+    KV_TABLE_PROPERTY,
+    LOG_START_PROPERTY,
+    NUM_RETAINED,
+    SNAPSHOT_INTERVAL,
+)
+
 log = logging.getLogger("tierlake.kv")
 
-KV_TABLE_PROPERTY = "tierlake.kv-table"
-KV_OF_PROPERTY = "tierlake.kv-table-of"
-LOG_START_PROPERTY = LOG_START
-KV_POSITION = "tierlake.kv.log-position"
-KV_STREAM_SNAPSHOT = "tierlake.kv.stream-snapshot-id"
-SNAPSHOT_INTERVAL = "kv.snapshot.interval"
-NUM_RETAINED = "kv.snapshot.num-retained"
 CATALOG_TABLE = "sys.kv_snapshot_catalog"
 T_DROP_TABLE = "templates/drop_table.sql.j2"
 KV_DATABASE = "sys"

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from tierlake.server.catalog import properties as P
 from tierlake.server.runtime.durations import parse_duration
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.catalog.table_path import TablePath
-from tierlake.server.catalog.tiered_tables import LAKE_TABLE_PROPERTY
+from tierlake.server.catalog.properties import LAKE_TABLE_PROPERTY
 from tierlake.server.kv import catalog as kv
 from tierlake.server.kv.leases import Leases
 from tierlake.server.changelog.planner import MAINTENANCE, lake_position
@@ -30,7 +31,6 @@ from tierlake.server.catalog.spec import TieredSpec
 
 log = logging.getLogger("tierlake.kv")
 
-LOG_TTL = "table.log.ttl"
 RESULT_COLUMNS = [("table_path", "string"), ("log_start_position", "bigint"), ("removed_files", "bigint"),
                   ("removed_rows", "bigint"), ("expired_snapshots", "bigint")]
 
@@ -71,12 +71,12 @@ def apply(spark: Any, stream: TablePath, now: datetime | None = None) -> Truncat
     now = now or kv.utcnow()
     with kv.table_lock(stream):
         props = kv.properties(spark, stream)
-        start = int(props.get(kv.LOG_START_PROPERTY, "0"))
+        start = P.read(props, P.LOG_START_PROPERTY)
         result = Truncation(str(stream), start)
-        ttl_text = props.get(LOG_TTL)
+        ttl_text = props.get(P.LOG_TTL)
         if not ttl_text:
             return result
-        cutoff_ms = int(now.timestamp() * 1000 - parse_duration(ttl_text, LOG_TTL).total_seconds() * 1000)
+        cutoff_ms = int(now.timestamp() * 1000 - parse_duration(ttl_text, P.LOG_TTL).total_seconds() * 1000)
         bound = retention_bound(spark, stream, props, now)
         table = iceberg_table(spark, stream.quoted)
         # The newest commit within the bound that is older than the TTL.
@@ -91,7 +91,7 @@ def apply(spark: Any, stream: TablePath, now: datetime | None = None) -> Truncat
             return result
         # The log start first: a crash before the delete leaves a conservative
         # start, never a log that silently misses data.
-        table.updateProperties().set(kv.LOG_START_PROPERTY, str(new_start)).commit()
+        table.updateProperties().set(P.LOG_START_PROPERTY, str(new_start)).commit()
         table = iceberg_table(spark, stream.quoted)
         # DataFile objects, not paths: they carry the data sequence number.
         delete, planned = table.newDelete(), table.newScan().planFiles()
@@ -107,7 +107,7 @@ def apply(spark: Any, stream: TablePath, now: datetime | None = None) -> Truncat
             planned.close()
         if result.removed_files:
             delete.set(MAINTENANCE, "log-retention")
-            delete.set("tierlake.log.start-position", str(new_start))
+            delete.set(P.LOG_START_PROPERTY, str(new_start))
             delete.commit()
         result.log_start_position = new_start
         table = iceberg_table(spark, stream.quoted)

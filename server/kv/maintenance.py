@@ -16,7 +16,7 @@ import threading
 from datetime import datetime, timedelta
 from typing import Any
 
-from tierlake.server.runtime.durations import parse_duration
+from tierlake.server.catalog import properties as P
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.kv import catalog as kv
 from tierlake.server.kv import log_retention as logretention
@@ -28,8 +28,7 @@ log = logging.getLogger("tierlake.kv")
 
 
 def snapshot_interval(props: dict[str, str], config: Any) -> timedelta:
-    raw = props.get(kv.SNAPSHOT_INTERVAL) or (config.get("tierlake.kv.snapshot.interval", "10 min") if config else "10 min")
-    return parse_duration(raw, kv.SNAPSHOT_INTERVAL)
+    return P.read(props, P.SNAPSHOT_INTERVAL, config)
 
 
 def maintain(spark: Any, config: Any, stream: TablePath, registered_at: datetime | None, now: datetime) -> list[str]:
@@ -49,7 +48,7 @@ def maintain(spark: Any, config: Any, stream: TablePath, registered_at: datetime
                        if outcome == "expired"]
             if expired:
                 done.append(f"expired {len(expired)}")
-    if props.get(logretention.LOG_TTL):
+    if props.get(P.LOG_TTL):
         if logretention.apply(spark, stream, now).removed_files:
             done.append("log truncated")
     return done
@@ -59,8 +58,7 @@ class KvMaintenance(threading.Thread):
     def __init__(self, server: Any):
         super().__init__(name="tierlake-kv-maintenance", daemon=True)
         self.server = server
-        self.interval = parse_duration(server.config.get("tierlake.kv.maintenance-interval", "1 min"),
-                                       "tierlake.kv.maintenance-interval")
+        self.interval = server.config.duration("tierlake.kv.maintenance-interval")
         self.stop_event = threading.Event()
 
     def run_once(self) -> dict[str, list[str]]:

@@ -12,6 +12,7 @@ import logging
 from datetime import datetime
 from typing import Any
 
+from tierlake.server.catalog import properties as P
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.exceptions import InvalidArgumentError
 from tierlake.server.kv.catalog import NUM_RETAINED, KvCatalog, KvSnapshot, table_lock, utcnow
@@ -22,7 +23,7 @@ log = logging.getLogger("tierlake.kv")
 
 
 def num_retained(props: dict[str, str], config: Any) -> int:
-    raw = props.get(NUM_RETAINED) or (config.get("tierlake.kv.snapshot.num-retained", "2") if config else "2")
+    raw = P.raw(props, P.NUM_RETAINED, config)
     try:
         value = int(raw)
     except ValueError:

@@ -19,6 +19,7 @@ import logging
 from datetime import datetime, timezone
 from typing import Any
 
+from tierlake.server.catalog import properties as P
 from tierlake.server.catalog.columns import table_columns
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
@@ -31,16 +32,11 @@ from tierlake.server.kv.catalog import (KV_OF_PROPERTY, KV_POSITION, KV_STREAM_S
                                         kv_table_of, primary_key_spec, table_lock)
 from tierlake.server.runtime.session import iceberg_table
 
-# Re-exported: procedures/ still reads them from here (until its imports
-# name kv.catalog and kv.retention).
-from tierlake.server.kv.catalog import properties, utcnow
-from tierlake.server.kv.retention import expire, num_retained
-
 log = logging.getLogger("tierlake.kv")
 
 VIEW_PREFIX = "__tierlake_kv"
 
-__all__ = ["VIEW_PREFIX", "take_snapshot", "expire", "num_retained", "properties", "primary_key_spec", "utcnow"]
+__all__ = ["VIEW_PREFIX", "take_snapshot"]
 
 
 def _ensure_kv_table(spark: Any, stream: TablePath, props: dict[str, str], spec: TieredSpec) -> TablePath:
@@ -88,13 +84,13 @@ def take_snapshot(spark: Any, stream: TablePath, catalog: KvCatalog | None = Non
                               start_id, datetime.fromtimestamp(current.timestampMillis() / 1000, timezone.utc))
             catalog.add(snap)  # idempotent; repairs a catalog row lost to a crash
             return snap, False
-        if start < int(props.get(LOG_START_PROPERTY, "0")):
+        if start < P.read(props, P.LOG_START_PROPERTY):
             raise TieringGuardError(
                 f"the changelog of {stream} before position {props[LOG_START_PROPERTY]} was removed by log "
                 f"retention and the KV table {kv} does not reach it: the state cannot be rebuilt")
         lake_write.sync_lake_schema(spark, stream, kv)
         changes = Chunk(start_id, head_id, start, end, [])
-        props_out = {KV_POSITION: str(end), KV_STREAM_SNAPSHOT: str(head_id), "commit-user": lake_write.COMMIT_USER}
+        props_out = {KV_POSITION: str(end), KV_STREAM_SNAPSHOT: str(head_id), P.COMMIT_USER: lake_write.COMMIT_USER}
         before = None if current is None else int(current.snapshotId())
         with lake_write.ChangelogWrite(spark, stream, spec, [kv.database, kv.table], changes,
                                        view_prefix=VIEW_PREFIX) as write:

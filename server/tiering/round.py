@@ -22,6 +22,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from tierlake.server.catalog import properties as P
 from tierlake.server.catalog.columns import lake_columns
 from tierlake.server.changelog import lake_write
 from tierlake.server.changelog.planner import SOURCE_POSITION, SOURCE_SNAPSHOT, Chunk, Plan
@@ -141,12 +142,12 @@ def open_branch(spark: Any, plan: Plan, table_id: int, epoch: int) -> str:
 def commit_properties(table_id: int, epoch: int, job_id: str, chunk: Chunk) -> dict[str, str]:
     """The summary of a chunk's lake commit: the stream position it covers is where the next round starts."""
     return {
-        "tiering.table-id": str(table_id),
-        "tiering.epoch": str(epoch),
+        P.TIERING_TABLE_ID: str(table_id),
+        P.TIERING_EPOCH: str(epoch),
         SOURCE_POSITION: str(chunk.end_position),
         SOURCE_SNAPSHOT: str(chunk.end_snapshot_id),
-        "tiering.job-id": job_id,
-        "commit-user": lake_write.COMMIT_USER,
+        P.TIERING_JOB_ID: job_id,
+        P.COMMIT_USER: lake_write.COMMIT_USER,
     }
 
 

@@ -21,6 +21,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from tierlake.server.catalog import properties as P
 from tierlake.server.catalog.columns import table_columns
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
@@ -52,7 +53,7 @@ def plan_round(spark: Any, stream: TablePath, lake: TablePath, spec: TieredSpec,
         if not spec.is_primary_key:
             raise
         props = kv.properties(spark, stream)
-        log_start = int(props.get(kv.LOG_START_PROPERTY, "0"))
+        log_start = P.read(props, P.LOG_START_PROPERTY)
         usable = [s for s in kv.KvCatalog(spark).list(stream)
                   if s.log_position >= log_start and s.snapshot_id not in exclude]
         if not usable:

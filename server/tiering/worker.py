@@ -13,13 +13,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tierlake.server.catalog.spec import CHUNK_ROWS, MAX_ROUND, TieredSpec
+from tierlake.server.runtime.config import Config
+from tierlake.server.catalog import properties as P
+from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import parse_table_path
 from tierlake.server.catalog.tiered_tables import lake_of
 from tierlake.server.clients.procedure_client import LocalClient
 from tierlake.server.exceptions import FencedEpochError, TierlakeError
 from tierlake.server.runtime import faults
-from tierlake.server.runtime.durations import parse_duration
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.tiering import snapshot_split
 from tierlake.server.tiering.round import run_round
@@ -70,11 +71,9 @@ class Worker(threading.Thread):
     def __init__(self, spark: Any, client: Any, job_id: str, config: Any = None):
         super().__init__(name=f"tiering-{job_id[:24]}", daemon=True)
         self.spark, self.client, self.job_id, self.config = spark, client, job_id, config
-        get = (lambda k, d: config.get(k, d)) if config is not None else (lambda k, d: d)
-        timeout = parse_duration(get("tierlake.tiering.heartbeat-timeout", "2 min")).total_seconds()
-        self.renew_interval = max(0.5, timeout / 4)
-        self.poll_interval = parse_duration(get("tierlake.tiering.poll-interval", "1 s")).total_seconds()
-        self.chunk_rows = int(get("tierlake.tiering.chunk-rows", "5000000"))
+        settings = config if config is not None else Config.defaults()
+        self.renew_interval = max(0.5, settings.seconds("tierlake.tiering.heartbeat-timeout") / 4)
+        self.poll_interval = settings.seconds("tierlake.tiering.poll-interval")
         self.stop_event = threading.Event()
         self.rounds = 0
         self.hook = None  # tests: called with the name of each round step
@@ -116,8 +115,8 @@ class Worker(threading.Thread):
             props = {str(k): str(v) for k, v in dict(iceberg_table(self.spark, stream.quoted).properties()).items()}
             lake = lake_of(self.config, stream, props)  # the lake table the stream was registered with
             spec = TieredSpec.from_properties(props)
-            max_round = parse_duration(props.get(MAX_ROUND, str(props.get("table.datalake.freshness", "1 min"))))
-            chunk_rows = int(props.get(CHUNK_ROWS, self.chunk_rows))
+            max_round = P.read(props, P.MAX_ROUND)
+            chunk_rows = P.read(props, P.CHUNK_ROWS, self.config)
             plan = snapshot_split.plan_and_lease(self.spark, self.leases, path, stream, lake, spec)
             result = run_round(self.spark, plan, table_id, epoch, self.job_id, check_epoch,
                                max_round.total_seconds(), chunk_rows, hook=self.hook)

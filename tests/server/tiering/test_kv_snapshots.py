@@ -325,7 +325,7 @@ def test_a_rebuilt_lake_equals_the_stream_and_a_restarted_job_reuses_its_lease(s
     assert restarted.job_id == job_id
     seen = []
     restarted.hook = lambda name: name == "after-plan" and seen.append(
-        {r["lease_id"] for r in spark.table("sys.kv_snapshot_leases").where(f"table_name = 'rebuilt'").collect()})
+        {r["lease_id"] for r in spark.table("sys.kv_snapshot_leases").where("table_name = 'rebuilt'").collect()})
     restarted.start()
     try:
         # Its table times out of the crashed round and comes back to the same job.
