@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import itertools
 
-from tierlake import sql
 from bench.common import row, sample, start_server
+from tierlake import sql
 
 T_CALL = "templates/call.sql.j2"
 
@@ -72,7 +72,9 @@ def main() -> None:
         pass
     idle = sample(lambda: call("heartbeat", job_id="idle", request_table=True), args.runs)
 
-    results.append(f"Coordinator, {args.tables} registered tables, {args.runs} runs each, through the gateway (PyHive):")
+    results.append(
+        f"Coordinator, {args.tables} registered tables, {args.runs} runs each, through the gateway (PyHive):"
+    )
     results.append("")
     results.append("| call | p50 | p95 | ratio to raw Spark |")
     results.append("|---|---|---|---|")

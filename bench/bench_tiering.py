@@ -51,7 +51,8 @@ import shlex
 import statistics
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from bench.common import p, start_server
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from tierlake.server.catalog.table_path import parse_table_path
 from tierlake.server.kv import catalog, retention
-from tierlake.server.kv import snapshots as kv
 from tierlake.server.kv import log_retention as logretention
+from tierlake.server.kv import snapshots as kv
 from tierlake.server.sqlapi import registry
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.sqlapi.roles import ADMIN
@@ -50,7 +50,9 @@ def expire_kv_snapshots(ctx: Context, table: str, retain: int | None = None):
     path = parse_table_path(table, ctx.spark.catalog.currentDatabase())
     if retain is None:
         retain = retention.num_retained(catalog.primary_key_spec(ctx.spark, path)[0], ctx.config)
-    return [(str(path), s.snapshot_id, s.log_position, outcome) for s, outcome in retention.expire(ctx.spark, path, retain)]
+    return [
+        (str(path), s.snapshot_id, s.log_position, outcome) for s, outcome in retention.expire(ctx.spark, path, retain)
+    ]
 
 
 @registry.procedure(returns=logretention.RESULT_COLUMNS, role=ADMIN)

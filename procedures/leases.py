@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from tierlake.server.runtime.durations import parse_duration
 from tierlake.server.catalog.table_path import parse_table_path
 from tierlake.server.kv import catalog as kv
 from tierlake.server.kv.leases import DEFAULT_DURATION, RESULT_COLUMNS, Leases
+from tierlake.server.runtime.durations import parse_duration
 from tierlake.server.sqlapi import registry
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.sqlapi.roles import TIERING
@@ -25,7 +25,8 @@ def acquire_lease(ctx: Context, lease_id: str, table: str, snapshots: dict[int, 
     Args:
       lease_id: the lease (a tiering job uses its persistent job id)
       table: the primary-key stream table, db.table
-      snapshots: bucket to KV snapshot id, e.g. map(0, 123L, 1, 124L); a NULL id or a NULL map means the newest KV snapshot (for every bucket)
+      snapshots: bucket to KV snapshot id, e.g. map(0, 123L, 1, 124L); a NULL id or a NULL map
+          means the newest KV snapshot (for every bucket)
       duration: how long the whole lease lasts from now, e.g. '6 h'
     """
     path = parse_table_path(table, ctx.spark.catalog.currentDatabase())

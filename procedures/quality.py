@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from tierlake.server.catalog.spec import TieredSpec
+from tierlake.server.catalog.table_path import TablePath, parse_table_path
+from tierlake.server.coordinator.registration import coordinator, iceberg_properties, registered
 from tierlake.server.exceptions import InvalidArgumentError, NoSuchTableError
 from tierlake.server.quality import gx, suite
-from tierlake.server.runtime.state_table import SmallTable
-from tierlake.server.catalog.table_path import TablePath, parse_table_path
-from tierlake.server.catalog.spec import TieredSpec
-from tierlake.server.coordinator.registration import coordinator, iceberg_properties, registered
 from tierlake.server.runtime.config import Config
+from tierlake.server.runtime.state_table import SmallTable
 from tierlake.server.sqlapi import registry
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.sqlapi.roles import ADMIN, WRITER

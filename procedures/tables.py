@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from tierlake.server.tiering.ctas import RESULT_COLUMNS, create_table_as as run_create_table_as
-from tierlake.server.exceptions import InvalidArgumentError
-from tierlake.server.catalog.table_path import parse_table_path
 from tierlake.server.catalog.spec import ENABLED
+from tierlake.server.catalog.table_path import parse_table_path
+from tierlake.server.exceptions import InvalidArgumentError
 from tierlake.server.sqlapi import registry
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.sqlapi.roles import ADMIN
+from tierlake.server.tiering.ctas import RESULT_COLUMNS
+from tierlake.server.tiering.ctas import create_table_as as run_create_table_as
 
 
 @registry.procedure(returns=RESULT_COLUMNS, role=ADMIN)
@@ -27,7 +28,8 @@ def create_table_as(ctx: Context, table: str, query: str, properties: dict[str, 
     Args:
       table: the stream table to create, db.table
       query: one SELECT statement (WITH and set operations allowed)
-      properties: table properties, as in CREATE TABLE (primary-key, bucket.num, table.datalake.freshness, ...); table.datalake.enabled is implied
+      properties: table properties, as in CREATE TABLE (primary-key, bucket.num,
+          table.datalake.freshness, ...); table.datalake.enabled is implied
       if_not_exists: when the table exists, do nothing instead of failing
     """
     props = {str(k): str(v) for k, v in (properties or {}).items()}

@@ -76,15 +76,18 @@ def enable_tiering(ctx: Context, table: str):
     path = existing_table(ctx.spark, table)
     try:
         iceberg_properties(ctx.spark, path)
-    except Exception as e:  # noqa: BLE001 - not an Iceberg table
-        raise InvalidArgumentError(f"table {path} is not an Iceberg table; tiering needs an Iceberg stream table") from e
+    except Exception as e:
+        raise InvalidArgumentError(
+            f"table {path} is not an Iceberg table; tiering needs an Iceberg stream table"
+        ) from e
     lake = prepare_existing(ctx.spark, ctx.config, path)
     state, created = register_table(ctx, path, lake, Status.INITIALIZED)
     return [(state.table_id, str(path), f"{state.lake_database}.{state.lake_table}", state.status.value, created)]
 
 
-@registry.procedure(returns=[("table_id", "bigint"), ("table_path", "string"), ("previous_status", "string")],
-                    role=ADMIN)
+@registry.procedure(
+    returns=[("table_id", "bigint"), ("table_path", "string"), ("previous_status", "string")], role=ADMIN
+)
 def disable_tiering(ctx: Context, table: str):
     """Stop tiering a table; its coordinator state and last error are removed.
 
@@ -122,8 +125,14 @@ def retry_tiering(ctx: Context, table: str):
 
 
 @registry.procedure(
-    returns=[("job_id", "string"), ("first_seen", "timestamp"), ("last_heartbeat", "timestamp"),
-             ("rounds_finished", "bigint"), ("rounds_failed", "bigint"), ("tiering_tables", "array<string>")],
+    returns=[
+        ("job_id", "string"),
+        ("first_seen", "timestamp"),
+        ("last_heartbeat", "timestamp"),
+        ("rounds_finished", "bigint"),
+        ("rounds_failed", "bigint"),
+        ("tiering_tables", "array<string>"),
+    ],
     role=READER,
     read_only=True,
 )

@@ -9,16 +9,23 @@ import time
 from typing import Any
 
 from tierlake.procedures import load_builtins
-from tierlake.server.runtime import migrations
-from tierlake.server.runtime.config import Config
 from tierlake.server.coordinator.coordinator import Coordinator
-from tierlake.server.runtime import functions as sql_functions
-from tierlake.udfs import load_builtins as load_udfs
 from tierlake.server.exceptions import ConfigError
 from tierlake.server.gateway.handler import CallHandler
-from tierlake.server.runtime.session import HomeLock, build_spark, free_port, start_metastore_service, start_thrift_server
+from tierlake.server.runtime import functions as sql_functions
+from tierlake.server.runtime import migrations
+from tierlake.server.runtime.config import Config
+from tierlake.server.runtime.session import (
+    HomeLock,
+    build_spark,
+    free_port,
+    start_metastore_service,
+    start_thrift_server,
+)
 from tierlake.server.sqlapi.context import Context
-from tierlake.server.sqlapi.registry import Registry, default as default_registry
+from tierlake.server.sqlapi.registry import Registry
+from tierlake.server.sqlapi.registry import default as default_registry
+from tierlake.udfs import load_builtins as load_udfs
 
 log = logging.getLogger("tierlake.server")
 
@@ -30,8 +37,8 @@ def gateway_from_config(config: Config, handler: Any, backend_port: int, registr
     import ssl
 
     from tierlake.server.gateway.authz import Authorizer
-    from tierlake.server.gateway.server import Gateway
     from tierlake.server.gateway.passwords import PasswordFile
+    from tierlake.server.gateway.server import Gateway
 
     host = config.text("tierlake.gateway.host")
     password_file = config.text("tierlake.gateway.password-file")
@@ -105,7 +112,7 @@ class Server:
                        registry=self.registry, jdbc_url=self.jdbc_url if self.gateway else None,
                        metastore_uri=self.metastore_uri, tiering_workers=len(self.workers))
 
-    def start(self) -> "Server":
+    def start(self) -> Server:
         started = time.monotonic()
         self._lock.acquire()
         try:
@@ -184,7 +191,7 @@ class Server:
         ):
             try:
                 action()
-            except Exception:  # noqa: BLE001 - keep stopping the rest
+            except Exception:
                 log.exception("error stopping the %s", step)
         self._lock.release()
         log.info("stopped")

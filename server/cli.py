@@ -7,8 +7,9 @@ import os
 import signal
 import sys
 import threading
-from tierlake.server.exceptions import TierlakeError
+
 from tierlake.server.clients.jdbc import parse_jdbc_url  # noqa: F401 - part of the CLI module's API
+from tierlake.server.exceptions import TierlakeError
 
 
 def _server(args: argparse.Namespace) -> int:

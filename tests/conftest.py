@@ -151,7 +151,8 @@ def start_service_process(home, url: str, conf: list[str], workers: int = 1, fau
 def service_ready(proc) -> list[str]:
     """Wait for a service's ready line; its job ids."""
     line = proc.stdout.readline()
-    assert line.startswith("tierlake tiering-service ready:"), (line, proc.stderr.read() if proc.poll() is not None else "")
+    stderr = proc.stderr.read() if proc.poll() is not None else ""
+    assert line.startswith("tierlake tiering-service ready:"), (line, stderr)
     return line.split("jobs ", 1)[1].split(" -> ")[0].split(", ")
 
 

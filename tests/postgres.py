@@ -67,7 +67,7 @@ class LocalPostgres:
         return subprocess.run(_run_as() + [str(self.bin / tool), *args], capture_output=True, text=True,
                               stdin=subprocess.DEVNULL, timeout=120, check=True, **kw)
 
-    def start(self) -> "LocalPostgres":
+    def start(self) -> LocalPostgres:
         if os.geteuid() == 0:
             shutil.chown(self.root, "postgres", "postgres")
         os.chmod(self.root, 0o700)

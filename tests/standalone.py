@@ -15,8 +15,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tierlake.server.runtime.jars import pyspark_jars_dir
 from tests.conftest import free_port
+from tierlake.server.runtime.jars import pyspark_jars_dir
 
 
 class LocalStandalone:
@@ -46,7 +46,7 @@ class LocalStandalone:
         self.procs.append(proc)
         return proc
 
-    def start(self, timeout: float = 120) -> "LocalStandalone":
+    def start(self, timeout: float = 120) -> LocalStandalone:
         self._java("master", "org.apache.spark.deploy.master.Master",
                    "--host", "127.0.0.1", "--port", str(self.port), "--webui-port", str(self.ui_port))
         self._java("worker", "org.apache.spark.deploy.worker.Worker", self.url,

@@ -1,8 +1,15 @@
 """The dependency rules of the tree (docs/architecture.md), checked without a JVM.
 
 The import graph is built from the source with ``ast``: every import counts,
-including those inside functions, so a cycle cannot hide behind a
-function-level import. ``import_graph`` is shared by the rules below.
+including those inside functions, so neither a cycle nor a wrong-way import
+can hide behind a function-level import (``if TYPE_CHECKING:`` blocks, which
+never run, are left out). ``import_graph`` is shared by the rules below:
+
+- no import cycles anywhere;
+- procedures → server → sql: only the composition root imports ``procedures``
+  (and ``udfs``), and ``sql`` imports nothing of ours;
+- within ``server/``, a package imports only packages of lower layers
+  (``SERVER_LAYERS``, the table of docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -160,6 +167,8 @@ def test_the_graph_sees_function_level_and_submodule_imports():
     assert "tierlake.sql" in graph["tierlake.server.changelog.lake_write"]
     # start_workers imports the procedure client inside the function.
     assert "tierlake.server.clients.procedure_client" in graph["tierlake.server.tiering.worker"]
+    # The composition root imports the procedures package (and the rule above must see it).
+    assert "tierlake.procedures" in graph[COMPOSITION_ROOT]
 
 
 def test_cycle_finder_reports_a_cycle():
@@ -168,6 +177,81 @@ def test_cycle_finder_reports_a_cycle():
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_no_import_cycles_in_server_and_sql():
-    found = cycles(restrict(import_graph(), ("tierlake.server", "tierlake.sql")))
-    assert not found, "import cycles (function-level imports count):\n" + "\n".join(" → ".join(c) for c in found)
+
+
+COMPOSITION_ROOT = "tierlake.server.app"
+# Lowest first. A package may import packages of lower layers only; the
+# modules directly under server/ (app, cli, config_docs) sit on top.
+SERVER_LAYERS: list[set[str]] = [
+    {"exceptions"},
+    {"runtime"},
+    {"sqlapi", "catalog"},
+    {"clients", "changelog", "coordinator"},
+    {"kv", "quality"},
+    {"tiering"},
+    {"gateway"},
+    {"app", "config_docs"},
+    {"cli"},
+]
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def _edges(rule) -> list[str]:
+    return sorted(f"{module} imports {target}" for module, targets in import_graph().items()
+                  for target in targets if rule(module, target))
+
+
+def test_no_import_cycles_anywhere():
+    found = cycles(import_graph())
+    assert not found, "import cycles:\n" + "\n".join(" → ".join(c) for c in found)
+
+
+def test_only_the_composition_root_imports_procedures_and_udfs():
+    offenders = _edges(lambda m, t: any(_within(t, f"tierlake.{p}") and not _within(m, f"tierlake.{p}")
+                                        for p in ("procedures", "udfs")) and m != COMPOSITION_ROOT)
+    assert not offenders, ("the engine must not import tierlake.procedures or tierlake.udfs "
+                           "(only server/app.py registers them):\n  " + "\n  ".join(offenders))
+
+
+def test_sql_imports_nothing_of_ours():
+    offenders = _edges(lambda m, t: _within(m, "tierlake.sql") and not _within(t, "tierlake.sql"))
+    assert not offenders, "tierlake.sql must not import the engine or the procedures:\n  " + "\n  ".join(offenders)
+
+
+def _server_package(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["tierlake", "server"] and len(parts) > 2 else None
+
+
+def test_every_server_package_has_a_layer():
+    layered = set().union(*SERVER_LAYERS)
+    packages = {_server_package(m) for m in import_graph()} - {None}
+    assert packages <= layered, f"add these to SERVER_LAYERS and docs/architecture.md: {sorted(packages - layered)}"
+
+
+def wrong_way(graph: dict[str, set[str]]) -> list[str]:
+    """Imports from a server package to one of the same or a higher layer."""
+    layer = {name: i for i, names in enumerate(SERVER_LAYERS) for name in names}
+    out = []
+    for module, targets in graph.items():
+        for target in targets:
+            a, b = _server_package(module), _server_package(target)
+            if a is not None and b is not None and a != b and layer[b] >= layer[a]:
+                out.append(f"{module} imports {target}")
+    return sorted(out)
+
+
+def test_server_packages_import_only_lower_layers():
+    offenders = wrong_way(import_graph())
+    assert not offenders, "server packages import upwards or sideways (docs/architecture.md):\n  " + \
+        "\n  ".join(offenders)
+
+
+def test_the_layer_rule_catches_upward_and_sideways_imports():
+    assert wrong_way({"tierlake.server.runtime.session": {"tierlake.server.gateway.server"}})
+    assert wrong_way({"tierlake.server.kv.leases": {"tierlake.server.quality.suite"}})
+    assert not wrong_way({"tierlake.server.gateway.server": {"tierlake.server.runtime.session",
+                                                            "tierlake.server.gateway.protocol"}})

@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from tierlake.server.exceptions import InvalidArgumentError
-
 from tierlake.server.catalog.properties import (  # the keys' one definition; re-exported for callers
     BUCKETS,
     CHUNK_ROWS,
@@ -19,6 +17,7 @@ from tierlake.server.catalog.properties import (  # the keys' one definition; re
     QUALITY_MODES,
     SEQUENCE_BY,
 )
+from tierlake.server.exceptions import InvalidArgumentError
 
 __all__ = ["BUCKETS", "CHUNK_ROWS", "DEFAULT_BUCKETS", "ENABLED", "LAKE_PARTITION", "MAX_ROUND", "PRIMARY_KEY",
            "QUALITY", "QUALITY_MODES", "SEQUENCE_BY", "CHANGE_TYPE", "CHANGE_TYPES", "Column", "TieredSpec",
@@ -26,7 +25,9 @@ __all__ = ["BUCKETS", "CHUNK_ROWS", "DEFAULT_BUCKETS", "ENABLED", "LAKE_PARTITIO
 
 CHANGE_TYPE = "_change_type"
 CHANGE_TYPES = ("+I", "-U", "+U", "-D")
-_TRANSFORM = re.compile(r"^\s*(years|months|days|hours|identity|bucket|truncate)\s*\((.*)\)\s*$|^\s*([A-Za-z_]\w*)\s*$", re.I)
+_TRANSFORM = re.compile(
+    r"^\s*(years|months|days|hours|identity|bucket|truncate)\s*\((.*)\)\s*$|^\s*([A-Za-z_]\w*)\s*$", re.I
+)
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class TieredSpec:
         return bool(self.primary_key)
 
     @classmethod
-    def from_properties(cls, props: dict[str, str], columns: list[Column] | None = None) -> "TieredSpec":
+    def from_properties(cls, props: dict[str, str], columns: list[Column] | None = None) -> TieredSpec:
         pk = [c.strip().lower() for c in (props.get(PRIMARY_KEY) or "").split(",") if c.strip()]
         try:
             buckets = int(props.get(BUCKETS, DEFAULT_BUCKETS))

@@ -6,13 +6,13 @@ import logging
 from typing import Any
 
 from tierlake import sql
-from tierlake.server.exceptions import InvalidArgumentError, TierlakeError
-from tierlake.server.runtime.session import iceberg_table
-from tierlake.server.catalog.properties import ENABLED, FORMAT_VERSION, LAKE_TABLE_PROPERTY
 from tierlake.server.catalog.columns import columns_of
-from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.catalog.properties import ENABLED, FORMAT_VERSION, LAKE_TABLE_PROPERTY
 from tierlake.server.catalog.spec import CHANGE_TYPE, Column, TieredSpec, data_columns, partition_sql
+from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.exceptions import InvalidArgumentError, TierlakeError
 from tierlake.server.runtime.config import Config
+from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.tables")
 
@@ -100,6 +100,6 @@ def prepare_existing(spark: Any, config: Any, stream: TablePath) -> TablePath:
             create_lake_table(spark, stream, lake, columns, spec)
         except TierlakeError:
             raise
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             raise InvalidArgumentError(f"cannot create lake table {lake}: {e}") from e
     return lake

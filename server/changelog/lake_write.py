@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tierlake import sql
 from tierlake.server.catalog.columns import bucket_field, columns_of, lake_columns
@@ -45,7 +46,7 @@ class _Callable:
     def call(self):
         try:
             self.fn()
-        except BaseException as e:  # noqa: BLE001 - re-raised on the Python side
+        except BaseException as e:
             self.error = e
             raise
         return None
@@ -129,7 +130,7 @@ class ChangelogWrite:
         self.delta_view, self.files_view = f"{view_prefix}_delta_{suffix}", f"{view_prefix}_files_{suffix}"
         self.statement: str | None = None
 
-    def __enter__(self) -> "ChangelogWrite":
+    def __enter__(self) -> ChangelogWrite:
         try:
             self._prepare()
         except BaseException:

@@ -14,10 +14,10 @@ from typing import Any
 
 from tierlake.server.catalog.properties import LOG_START_PROPERTY as LOG_START
 from tierlake.server.catalog.properties import MAINTENANCE, SOURCE_POSITION, SOURCE_SNAPSHOT
+from tierlake.server.catalog.spec import TieredSpec
+from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.exceptions import TieringGuardError
 from tierlake.server.runtime.session import iceberg_table
-from tierlake.server.catalog.table_path import TablePath
-from tierlake.server.catalog.spec import TieredSpec
 
 MAX_WALK = 100_000
 

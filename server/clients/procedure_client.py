@@ -146,12 +146,12 @@ class Admin:
         self.client = client
 
     @classmethod
-    def local(cls, server: Any, user: str | None = None) -> "Admin":
+    def local(cls, server: Any, user: str | None = None) -> Admin:
         return cls(LocalClient(server, user))
 
     @classmethod
     def connect(cls, url: str, user: str | None = None, password: str | None = None,
-                ca_file: str | None = None) -> "Admin":
+                ca_file: str | None = None) -> Admin:
         client = JdbcClient(url, user or "admin", password, ca_file)
         client.connect()  # log in now: bad credentials fail here, not at the first call
         return cls(client)
@@ -165,7 +165,7 @@ class Admin:
         if close is not None:
             close()
 
-    def __enter__(self) -> "Admin":
+    def __enter__(self) -> Admin:
         return self
 
     def __exit__(self, *exc: object) -> None:

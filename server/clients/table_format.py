@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 
 def _cell(value: Any) -> str:
@@ -18,6 +19,6 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
 
     def line(values: Sequence[str]) -> str:
-        return "| " + " | ".join(v.ljust(w) for v, w in zip(values, widths)) + " |"
+        return "| " + " | ".join(v.ljust(w) for v, w in zip(values, widths, strict=False)) + " |"
 
     return "\n".join([rule, line(columns), rule, *(line(r) for r in cells), rule])

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable
+from typing import Any
 
 from tierlake.server.coordinator import state_machine as sm
+from tierlake.server.coordinator.state_machine import Policy, Status, TableState
 from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.state_table import SmallTable
-from tierlake.server.coordinator.state_machine import Policy, Status, TableState
 
 log = logging.getLogger("tierlake.coordinator")
 
@@ -119,7 +120,7 @@ class Coordinator:
         rows = [dict(vars(r), duration_ms=r.duration_ms) for r in rounds]
         try:
             self.rounds_table.append(rows)
-        except Exception:  # noqa: BLE001 - history is best effort; state already committed
+        except Exception:
             log.exception("could not record %d tiering round(s)", len(rows))
 
     # -- heartbeats -------------------------------------------------------------
@@ -184,7 +185,7 @@ class Coordinator:
             counts[0] -= finished
             counts[1] -= failed
             self._jobs_persisted[job_id] = now
-        except Exception:  # noqa: BLE001 - job bookkeeping must not fail a heartbeat
+        except Exception:
             log.exception("could not record heartbeat of job %s", job_id)
 
     # -- time-driven changes ----------------------------------------------------
@@ -204,7 +205,7 @@ class Coordinator:
                     changed = self.tick()
                     if changed:
                         log.info("scheduler moved tables %s", sorted(changed))
-                except Exception:  # noqa: BLE001 - keep ticking
+                except Exception:
                     log.exception("scheduler tick failed")
 
         self._ticker = threading.Thread(target=loop, name="tierlake-scheduler", daemon=True)

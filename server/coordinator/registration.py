@@ -7,8 +7,9 @@ change is one :meth:`Coordinator.mutate` through the state machine.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from tierlake import sql
 from tierlake.server.catalog.table_path import TablePath, parse_table_path
@@ -77,7 +78,9 @@ def refresher(spark: Any) -> Callable[[TableState], None]:
 
     def refresh(state: TableState) -> None:
         try:
-            state.properties = tiering_properties(iceberg_properties(spark, TablePath(state.database_name, state.table_name)))
+            state.properties = tiering_properties(
+                iceberg_properties(spark, TablePath(state.database_name, state.table_name))
+            )
         except Exception:  # noqa: BLE001 - a dropped table keeps its last known properties
             pass
 
@@ -100,8 +103,9 @@ def rescheduler(ctx: Context, path: TablePath) -> None:
     coordinator(ctx).mutate(change)
 
 
-def register_table(ctx: Context, path: TablePath, lake: TablePath, initial: Status,
-                   tiered_position: int | None = None) -> tuple[TableState, bool]:
+def register_table(
+    ctx: Context, path: TablePath, lake: TablePath, initial: Status, tiered_position: int | None = None
+) -> tuple[TableState, bool]:
     """Register ``path`` with the coordinator (idempotent): ``(state, created)``.
 
     ``tiered_position``: the lake already holds the stream up to there (an
@@ -115,8 +119,9 @@ def register_table(ctx: Context, path: TablePath, lake: TablePath, initial: Stat
         if found is not None:
             return (found, False), False, []
         table_id = max([next_id, *(s.table_id + 1 for s in states.values())])
-        state = TableState(table_id, path.database, path.table, lake.database, lake.table,
-                           properties=tiering_properties(props))
+        state = TableState(
+            table_id, path.database, path.table, lake.database, lake.table, properties=tiering_properties(props)
+        )
         sm.register(state, initial, now)
         if tiered_position is not None:
             state.tiered_position = tiered_position

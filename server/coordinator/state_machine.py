@@ -18,13 +18,12 @@ Heartbeat timeouts re-queue at once, as in Fluss.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Iterable
 
 from tierlake.server.catalog.properties import DEFAULT_FRESHNESS, FRESHNESS_PROPERTY
-from tierlake.server.runtime.durations import format_duration, parse_duration
 from tierlake.server.exceptions import (
     FencedEpochError,
     IllegalTransitionError,
@@ -32,6 +31,7 @@ from tierlake.server.exceptions import (
     TierlakeError,
     UnknownTableIdError,
 )
+from tierlake.server.runtime.durations import format_duration, parse_duration
 
 MAX_ERROR_CHARS = 2048
 
@@ -91,7 +91,7 @@ class TableState:
     def freshness(self) -> timedelta:
         return parse_duration(self.properties.get(FRESHNESS_PROPERTY, DEFAULT_FRESHNESS), FRESHNESS_PROPERTY)
 
-    def copy(self) -> "TableState":
+    def copy(self) -> TableState:
         return dataclasses.replace(self, properties=dict(self.properties))
 
 

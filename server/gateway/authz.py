@@ -30,10 +30,10 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
-from tierlake.server.sqlapi import roles as R
 from tierlake.server.exceptions import PermissionDeniedError, TierlakeError
 from tierlake.server.gateway.callparse import is_sys_call, parse_call
 from tierlake.server.gateway.passwords import PasswordFile
+from tierlake.server.sqlapi import roles as R
 from tierlake.server.sqlapi.registry import default as default_registry
 
 log = logging.getLogger("tierlake.gateway")
@@ -69,7 +69,7 @@ def _calls_jvm(statement: str) -> bool:
         tokens = sqlglot.Dialect.get_or_raise(DIALECT).tokenize(statement)
     except Exception:  # noqa: BLE001 - whatever the tokenizer chokes on fails closed
         return True
-    for tok, nxt in zip(tokens, tokens[1:]):
+    for tok, nxt in zip(tokens, tokens[1:], strict=False):
         if nxt.token_type == TokenType.L_PAREN and tok.text.strip("`").lower() in JVM_FUNCTIONS:
             return True
     return False

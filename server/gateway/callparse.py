@@ -18,8 +18,8 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
-from tierlake.server.sqlapi.types import SqlMap, SqlStruct
 from tierlake.server.exceptions import SqlSyntaxError
+from tierlake.server.sqlapi.types import SqlMap, SqlStruct
 
 DIALECT = "spark"
 NAMESPACE = "sys"
@@ -87,7 +87,14 @@ def parse_call(sql: str) -> CallStatement:
     while i < len(tokens) and tokens[i].token_type != TokenType.L_PAREN:
         tok = tokens[i]
         expect_name = len(parts) * 2 + 1 == i
-        if expect_name and tok.token_type not in (TokenType.DOT, TokenType.L_PAREN, TokenType.R_PAREN, TokenType.STRING, TokenType.NUMBER, TokenType.SEMICOLON):
+        if expect_name and tok.token_type not in (
+            TokenType.DOT,
+            TokenType.L_PAREN,
+            TokenType.R_PAREN,
+            TokenType.STRING,
+            TokenType.NUMBER,
+            TokenType.SEMICOLON,
+        ):
             parts.append(tok.text)
         elif not expect_name and tok.token_type == TokenType.DOT:
             pass
@@ -107,18 +114,21 @@ def parse_call(sql: str) -> CallStatement:
     previous = None
     for tok in tokens[i:]:
         # sqlglot silently drops empty arguments ("f(1,,2)" parses as f(1, 2)).
-        if tok.token_type in (TokenType.COMMA, TokenType.R_PAREN) and previous in (
-            TokenType.COMMA,
-            TokenType.L_PAREN,
-        ) and not (tok.token_type == TokenType.R_PAREN and previous == TokenType.L_PAREN):
+        if (
+            tok.token_type in (TokenType.COMMA, TokenType.R_PAREN)
+            and previous
+            in (
+                TokenType.COMMA,
+                TokenType.L_PAREN,
+            )
+            and not (tok.token_type == TokenType.R_PAREN and previous == TokenType.L_PAREN)
+        ):
             raise SqlSyntaxError(f"cannot parse the arguments of sys.{parts[1]}: empty argument")
         previous = tok.token_type
         depth += tok.token_type == TokenType.L_PAREN
         depth -= tok.token_type == TokenType.R_PAREN
         if depth == 0 and tok is not tokens[-1]:
-            raise SqlSyntaxError(
-                f"cannot parse CALL: unexpected text after the argument list of sys.{parts[1]}"
-            )
+            raise SqlSyntaxError(f"cannot parse CALL: unexpected text after the argument list of sys.{parts[1]}")
     inner = sql[tokens[i].end + 1 : tokens[-1].start]
     try:
         select = sqlglot.parse_one(f"SELECT {_PLACEHOLDER}({inner})", read=DIALECT)
@@ -144,9 +154,7 @@ def parse_call(sql: str) -> CallStatement:
             call.kwargs[key] = evaluate(arg.expression, f"argument {key!r}")
         else:
             if call.kwargs:
-                raise SqlSyntaxError(
-                    f"argument {position}: positional arguments must come before named ones"
-                )
+                raise SqlSyntaxError(f"argument {position}: positional arguments must come before named ones")
             call.args.append(evaluate(arg, f"argument {position}"))
     return call
 
@@ -180,7 +188,7 @@ def evaluate(node: exp.Expression, where: str) -> Any:
         keys = [evaluate(k, f"{where} key") for k in node.args["keys"].expressions]
         values = [evaluate(v, f"{where} value") for v in node.args["values"].expressions]
         out = SqlMap()
-        for k, v in zip(keys, values):
+        for k, v in zip(keys, values, strict=False):
             if isinstance(k, (list, dict)) or k is None:
                 raise SqlSyntaxError(f"{where}: map keys must be non-NULL scalars")
             out[k] = v
@@ -192,9 +200,7 @@ def evaluate(node: exp.Expression, where: str) -> Any:
                 raise SqlSyntaxError(f"{where}: use named_struct('field', value, ...)")
             out[e.this.name] = evaluate(e.expression, f"{where}.{e.this.name}")
         return out
-    if isinstance(node, exp.Concat) and all(
-        isinstance(e, exp.Literal) and e.is_string for e in node.expressions
-    ):
+    if isinstance(node, exp.Concat) and all(isinstance(e, exp.Literal) and e.is_string for e in node.expressions):
         # Spark concatenates adjacent string literals: 'it''s' is "its".
         return "".join(e.this for e in node.expressions)
     if isinstance(node, exp.Anonymous) and node.name.lower() == "map" and not node.expressions:

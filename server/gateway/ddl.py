@@ -14,9 +14,9 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from tierlake.server.exceptions import InvalidArgumentError, SqlSyntaxError
-from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.catalog.spec import ENABLED, Column
+from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.exceptions import InvalidArgumentError, SqlSyntaxError
 
 
 @dataclass

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
-from tierlake.server.sqlapi.context import Context
-from tierlake.server.sqlapi.registry import Registry
-from tierlake.server.gateway.ddl import parse_tiered_create, parse_tiering_alter
 from tierlake.server.exceptions import SparkSqlError, SqlSyntaxError, TableExistsError, TierlakeError
 from tierlake.server.gateway.callparse import is_sys_call, parse_call
+from tierlake.server.gateway.ddl import parse_tiered_create, parse_tiering_alter
 from tierlake.server.gateway.protocol import LocalResult, SessionInfo
+from tierlake.server.sqlapi.context import Context
+from tierlake.server.sqlapi.registry import Registry
 
 log = logging.getLogger("tierlake.calls")
 
@@ -27,9 +27,8 @@ _ICEBERG_STATES = {
 
 def spark_error(e: Exception) -> TierlakeError:
     """A Spark (py4j-captured) exception as a SQL error for the client."""
-    from pyspark.errors.exceptions.captured import CapturedException
-
     from py4j.protocol import Py4JJavaError
+    from pyspark.errors.exceptions.captured import CapturedException
 
     if isinstance(e, CapturedException):
         state = e.getSqlState() if hasattr(e, "getSqlState") else None
@@ -76,17 +75,17 @@ class CallHandler:
             return self.create_tiered(statement, user=session.user)
         except TierlakeError:
             raise
-        except Exception as e:  # noqa: BLE001 - Spark's own errors keep their text and SQLSTATE
+        except Exception as e:
             raise spark_error(e) from e
 
     def alter_tiering(self, statement: str, user: str | None = None) -> LocalResult:
         """``ALTER TABLE … SET TBLPROPERTIES ('table.datalake.…' = …)``: check the
         values, run the statement, and reschedule the table at once (a shorter
         freshness must not wait for the end of the current interval)."""
-        from tierlake.server.coordinator.registration import rescheduler
-        from tierlake.server.runtime.durations import parse_duration
         from tierlake.server.catalog.properties import FRESHNESS_PROPERTY, MAX_ROUND, QUALITY
         from tierlake.server.catalog.spec import quality_mode
+        from tierlake.server.coordinator.registration import rescheduler
+        from tierlake.server.runtime.durations import parse_duration
 
         path, properties = parse_tiering_alter(statement)
         for key in (FRESHNESS_PROPERTY, MAX_ROUND):
@@ -102,9 +101,9 @@ class CallHandler:
 
     def create_tiered(self, statement: str, user: str | None = None) -> LocalResult:
         """``CREATE TABLE … TBLPROPERTIES('table.datalake.enabled'='true')``."""
+        from tierlake.server.catalog.tiered_tables import create_tiered_table
         from tierlake.server.coordinator.registration import register_table
         from tierlake.server.coordinator.state_machine import Status
-        from tierlake.server.catalog.tiered_tables import create_tiered_table
 
         ctx = self.context_factory(user)
         create = parse_tiered_create(statement)
@@ -113,7 +112,9 @@ class CallHandler:
             from tierlake.server.tiering.ctas import RESULT_COLUMNS, create_table_as
 
             if create.columns:
-                raise SqlSyntaxError("CREATE TABLE … AS SELECT takes its columns from the query; remove the column list")
+                raise SqlSyntaxError(
+                    "CREATE TABLE … AS SELECT takes its columns from the query; remove the column list"
+                )
             rows = create_table_as(ctx, create.table, create.as_select, create.properties, create.if_not_exists)
             return LocalResult(columns=RESULT_COLUMNS, rows=rows)
         if ctx.spark.catalog.tableExists(create.table.quoted):

@@ -25,8 +25,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from tierlake.server.sqlapi.roles import ROLES
 from tierlake.server.exceptions import ConfigError
+from tierlake.server.sqlapi.roles import ROLES
 
 USER_NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,128}$")
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 16384, 8, 1
@@ -96,7 +96,9 @@ def parse(text: str, origin: str = "password file") -> dict[str, User]:
 
 def render(users: dict[str, User]) -> str:
     lines = ["# tierlake gateway users: user:roles:hash (edit with `tierlake passwd`)"]
-    lines += [f"{u.name}:{','.join(sorted(u.roles))}:{u.password_hash}" for u in sorted(users.values(), key=lambda u: u.name)]
+    lines += [
+        f"{u.name}:{','.join(sorted(u.roles))}:{u.password_hash}" for u in sorted(users.values(), key=lambda u: u.name)
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -149,8 +151,11 @@ def set_user(path: str | Path, user: str, password: str | None, roles: frozenset
     current = users.get(user)
     if current is None and (password is None or roles is None):
         raise ConfigError(f"new user {user} needs a password and --role")
-    entry = User(user, roles if roles is not None else current.roles,
-                 hash_password(password) if password is not None else current.password_hash)
+    entry = User(
+        user,
+        roles if roles is not None else current.roles,
+        hash_password(password) if password is not None else current.password_hash,
+    )
     users[user] = entry
     _write(path, render(users))
     return entry

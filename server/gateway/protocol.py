@@ -12,14 +12,13 @@ from __future__ import annotations
 import socket
 import struct
 from dataclasses import dataclass, field
-from typing import Any, List, Optional, Protocol, Tuple, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+from TCLIService import ttypes
 from thrift.protocol.TBinaryProtocol import TBinaryProtocol
 from thrift.protocol.TProtocol import TProtocolException
 from thrift.Thrift import TMessageType, TType
 from thrift.transport.TTransport import TMemoryBuffer, TTransportBase, TTransportException
-
-from TCLIService import ttypes
 
 from tierlake.server.gateway.sasl import BufferedSocketTransport
 
@@ -45,8 +44,8 @@ class LocalResult:
     for SQL NULL. Complex values may be pre-rendered JSON strings.
     """
 
-    columns: List[Tuple[str, str]]
-    rows: List[tuple] = field(default_factory=list)
+    columns: list[tuple[str, str]]
+    rows: list[tuple] = field(default_factory=list)
 
 
 @dataclass
@@ -61,11 +60,11 @@ class SessionInfo:
     ``use:database`` and successful ``USE`` statements), ``None`` = default.
     """
 
-    user: Optional[str]
+    user: str | None
     session_guid: bytes
     protocol_version: int
     client_address: str
-    database: Optional[str] = None  # current database, as far as the gateway saw it
+    database: str | None = None  # current database, as far as the gateway saw it
 
 
 @runtime_checkable
@@ -148,7 +147,7 @@ class RecordingTransport(TTransportBase):
     def _fill(self, end: int) -> None:
         if end > self.limit:
             raise TTransportException(TTransportException.SIZE_LIMIT,
-                                      "message exceeds %d bytes" % self.limit)
+                                      f"message exceeds {self.limit} bytes")
         while len(self._buf) < end:
             chunk = self.inner.read(max(end - len(self._buf), 65536))
             if not chunk:
@@ -241,7 +240,7 @@ class _SkippingProtocol(TBinaryProtocol):
                     self.skip(vtype, max_depth - 1)
         else:
             raise TProtocolException(TProtocolException.INVALID_DATA,
-                                     "unknown field type %d" % ttype)
+                                     f"unknown field type {ttype}")
 
     def _skip_many(self, etype: int, size: int, max_depth: int) -> None:
         width = _FIXED_WIDTH.get(etype)
@@ -281,7 +280,7 @@ class MessageReader:
         self._rec = RecordingTransport(transport, max_message_size)
         self._proto = _SkippingProtocol(self._rec, max_message_size)
 
-    def read(self) -> Optional[RawMessage]:
+    def read(self) -> RawMessage | None:
         """Return the next message, or ``None`` if the peer closed cleanly
         between messages. A peer vanishing mid-message raises."""
         self._rec.take()

@@ -15,7 +15,8 @@ import decimal
 import functools
 import json
 import re
-from typing import Any, Callable, List, NamedTuple, Sequence, Tuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 from TCLIService import ttypes
 
@@ -40,10 +41,10 @@ def render_timestamp(value: Any) -> str:
     if isinstance(value, _dt.datetime):
         if value.tzinfo is not None:
             value = value.astimezone(_dt.timezone.utc).replace(tzinfo=None)
-        text = "%04d-%02d-%02d %02d:%02d:%02d" % (
-            value.year, value.month, value.day, value.hour, value.minute, value.second)
+        text = (f"{value.year:04d}-{value.month:02d}-{value.day:02d} "
+                f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}")
         if value.microsecond:
-            text += (".%06d" % value.microsecond).rstrip("0")
+            text += f".{value.microsecond:06d}".rstrip("0")
         return text
     if isinstance(value, _dt.date):
         return render_timestamp(_dt.datetime(value.year, value.month, value.day))
@@ -61,7 +62,7 @@ def _json_default(value: Any) -> Any:
         return bytes(value).decode("utf-8", "replace")
     if isinstance(value, (set, frozenset)):
         return list(value)
-    raise TypeError("cannot render %r as JSON" % type(value).__name__)
+    raise TypeError(f"cannot render {type(value).__name__!r} as JSON")
 
 
 def render_json(value: Any) -> str:
@@ -155,18 +156,18 @@ def column_type(spark_type: str) -> ColumnType:
             "precision": ttypes.TTypeQualifierValue(i32Value=precision),
             "scale": ttypes.TTypeQualifierValue(i32Value=scale)})
         return ColumnType(T.DECIMAL_TYPE, "stringVal", _to_decimal, "", qualifiers)
-    raise ValueError("unsupported column type %r" % spark_type)
+    raise ValueError(f"unsupported column type {spark_type!r}")
 
 
-def parse_columns(columns: Sequence[Tuple[str, str]]) -> List[ColumnType]:
+def parse_columns(columns: Sequence[tuple[str, str]]) -> list[ColumnType]:
     return [column_type(spark_type) for _, spark_type in columns]
 
 
-def table_schema(columns: Sequence[Tuple[str, str]]) -> ttypes.TTableSchema:
+def table_schema(columns: Sequence[tuple[str, str]]) -> ttypes.TTableSchema:
     """The TTableSchema answering GetResultSetMetadata."""
     descs = []
     # 0-based positions and an empty qualifier map, exactly as Spark sends them.
-    for position, ((name, _), ctype) in enumerate(zip(columns, parse_columns(columns))):
+    for position, ((name, _), ctype) in enumerate(zip(columns, parse_columns(columns), strict=False)):
         qualifiers = ctype.qualifiers or ttypes.TTypeQualifiers(qualifiers={})
         entry = ttypes.TPrimitiveTypeEntry(type=ctype.type_id, typeQualifiers=qualifiers)
         descs.append(ttypes.TColumnDesc(
@@ -201,10 +202,10 @@ _VALUE_CLASSES = {
 def _check_arity(rows: Sequence[tuple], width: int, start: int) -> None:
     for i, row in enumerate(rows):
         if len(row) != width:
-            raise ValueError("row %d has %d values, expected %d" % (start + i, len(row), width))
+            raise ValueError(f"row {start + i} has {len(row)} values, expected {width}")
 
 
-def columnar_row_set(columns: Sequence[Tuple[str, str]], rows: Sequence[tuple],
+def columnar_row_set(columns: Sequence[tuple[str, str]], rows: Sequence[tuple],
                      start_offset: int = 0) -> ttypes.TRowSet:
     """Protocol V6+ result batch: one typed TColumn per column."""
     types = parse_columns(columns)
@@ -226,7 +227,7 @@ def columnar_row_set(columns: Sequence[Tuple[str, str]], rows: Sequence[tuple],
     return ttypes.TRowSet(startRowOffset=start_offset, rows=[], columns=tcolumns)
 
 
-def row_based_row_set(columns: Sequence[Tuple[str, str]], rows: Sequence[tuple],
+def row_based_row_set(columns: Sequence[tuple[str, str]], rows: Sequence[tuple],
                       start_offset: int = 0) -> ttypes.TRowSet:
     """Pre-V6 result batch: a TRow of TColumnValues per row; NULL is a typed
     value struct whose ``value`` is unset (what Hive's ColumnValue does)."""
@@ -235,7 +236,7 @@ def row_based_row_set(columns: Sequence[Tuple[str, str]], rows: Sequence[tuple],
     trows = []
     for row in rows:
         values = []
-        for ctype, value in zip(types, row):
+        for ctype, value in zip(types, row, strict=False):
             # Row-based sets have no binary value: Hive sends binary as a string.
             attr = "stringVal" if ctype.attr == "binaryVal" else ctype.attr
             if value is None:
@@ -249,7 +250,7 @@ def row_based_row_set(columns: Sequence[Tuple[str, str]], rows: Sequence[tuple],
     return ttypes.TRowSet(startRowOffset=start_offset, rows=trows)
 
 
-def build_row_set(columns: Sequence[Tuple[str, str]], rows: Sequence[tuple],
+def build_row_set(columns: Sequence[tuple[str, str]], rows: Sequence[tuple],
                   start_offset: int, protocol_version: int) -> ttypes.TRowSet:
     """Columnar for protocol >= V6, row-based before (as HiveServer2 decides)."""
     if protocol_version >= V6:

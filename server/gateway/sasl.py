@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import socket
 import struct
-from typing import Callable, NoReturn, Optional
+from collections.abc import Callable
+from typing import NoReturn
 
 from thrift.transport.TTransport import TTransportBase, TTransportException
 
@@ -77,7 +78,7 @@ def recv_exact(sock: socket.socket, n: int) -> bytes:
         if not chunk:
             raise TTransportException(
                 TTransportException.END_OF_FILE,
-                "peer closed the connection (%d of %d bytes read)" % (len(buf), n))
+                f"peer closed the connection ({len(buf)} of {n} bytes read)")
         buf += chunk
     return bytes(buf)
 
@@ -91,13 +92,13 @@ class SaslServerTransport(BufferedSocketTransport):
     ``flush`` sends what was written since the previous flush as one frame.
     """
 
-    def __init__(self, sock: socket.socket, authenticator: Optional[Authenticator] = None,
+    def __init__(self, sock: socket.socket, authenticator: Authenticator | None = None,
                  max_frame_size: int = DEFAULT_MAX_FRAME, handshake_timeout: float = 30.0):
         self.sock = sock
         self.authenticator = authenticator or accept_any
         self.max_frame_size = max_frame_size
         self.handshake_timeout = handshake_timeout
-        self.user: Optional[str] = None
+        self.user: str | None = None
         self._rbuf = b""
         self._rpos = 0
         self._wbuf: list = []
@@ -113,9 +114,9 @@ class SaslServerTransport(BufferedSocketTransport):
             # client, which could not read a SASL error frame.
             raise NotSaslClient(header)
         if status not in (START, OK, BAD, ERROR, COMPLETE):
-            self._fail(ERROR, "Invalid SASL status %d" % status)
+            self._fail(ERROR, f"Invalid SASL status {status}")
         if length > MAX_NEGOTIATION_FRAME:
-            self._fail(ERROR, "SASL negotiation frame too large (%d bytes)" % length)
+            self._fail(ERROR, f"SASL negotiation frame too large ({length} bytes)")
         return status, recv_exact(self.sock, length) if length else b""
 
     def _send_negotiation(self, status: int, payload: bytes = b"") -> None:
@@ -138,7 +139,7 @@ class SaslServerTransport(BufferedSocketTransport):
         self.sock.settimeout(self.handshake_timeout)
         try:
             user = self._negotiate()
-        except socket.timeout:
+        except TimeoutError:
             raise SaslError("SASL negotiation timed out") from None
         finally:
             self.sock.settimeout(previous_timeout)
@@ -149,10 +150,10 @@ class SaslServerTransport(BufferedSocketTransport):
         status, payload = self._recv_negotiation()
         self._started = True
         if status != START:
-            self._fail(ERROR, "Expected SASL START, got status %d" % status)
+            self._fail(ERROR, f"Expected SASL START, got status {status}")
         mechanism = payload.decode("utf-8", "replace").strip()
         if mechanism.upper() != "PLAIN":
-            self._fail(BAD, "Unsupported mechanism type %s" % mechanism)
+            self._fail(BAD, f"Unsupported mechanism type {mechanism}")
         # thrift_sasl sends the initial response with OK, libthrift's Java
         # client with COMPLETE (its PLAIN client is done after one message).
         # A client with no initial response sends an empty one: challenge it
@@ -162,7 +163,7 @@ class SaslServerTransport(BufferedSocketTransport):
             self._send_negotiation(OK, b"")
             status, payload = self._recv_negotiation()
         if status not in (OK, COMPLETE):
-            self._fail(ERROR, "Expected SASL OK or COMPLETE, got status %d" % status)
+            self._fail(ERROR, f"Expected SASL OK or COMPLETE, got status {status}")
         parts = payload.split(b"\0")
         if len(parts) != 3:
             self._fail(BAD, "Invalid PLAIN message: expected authzid NUL user NUL password")
@@ -175,7 +176,7 @@ class SaslServerTransport(BufferedSocketTransport):
         if authzid and authzid != user:
             # Hive's PlainSaslServer silently accepts this, which would let
             # any authenticated user act as any other one.
-            self._fail(BAD, "Authorization id %s does not match user %s" % (authzid, user))
+            self._fail(BAD, f"Authorization id {authzid} does not match user {user}")
         try:
             accepted = bool(self.authenticator(user, password))
         except Exception:
@@ -207,7 +208,7 @@ class SaslServerTransport(BufferedSocketTransport):
             if length > self.max_frame_size:
                 raise TTransportException(
                     TTransportException.SIZE_LIMIT,
-                    "SASL frame of %d bytes exceeds the limit of %d" % (length, self.max_frame_size))
+                    f"SASL frame of {length} bytes exceeds the limit of {self.max_frame_size}")
             if length:
                 self._rbuf = recv_exact(self.sock, length)
                 self._rpos = 0

@@ -7,13 +7,11 @@ from __future__ import annotations
 import re
 import socket
 import ssl
-from typing import Optional
 
+from TCLIService import TCLIService, ttypes
 from thrift.Thrift import TMessageType
 
 from tierlake.server.exceptions import AuthenticationError
-from TCLIService import TCLIService, ttypes
-
 from tierlake.server.gateway.protocol import MessageReader, SocketTransport, encode_reply, error_status
 
 # A refused NOSASL client sends an OpenSession first; it is read (up to this
@@ -36,7 +34,7 @@ def start_tls(sock: socket.socket, context: ssl.SSLContext, timeout: float) -> s
     try:
         return context.wrap_socket(sock, server_side=True)
     except (ssl.SSLError, OSError) as exc:
-        raise TlsError("%s: %s" % (type(exc).__name__, exc)) from None
+        raise TlsError(f"{type(exc).__name__}: {exc}") from None
 
 
 def refuse_nosasl(sock: socket.socket, prefix: bytes, timeout: float) -> bool:
@@ -47,18 +45,18 @@ def refuse_nosasl(sock: socket.socket, prefix: bytes, timeout: float) -> bool:
     plain._rbuf = prefix
     sock.settimeout(timeout)
     msg = MessageReader(plain, REFUSED_MESSAGE_LIMIT).read()
-    if msg is None or msg.mtype != TMessageType.CALL or not hasattr(ttypes, "T%sResp" % msg.name):
+    if msg is None or msg.mtype != TMessageType.CALL or not hasattr(ttypes, f"T{msg.name}Resp"):
         return False
     error = AuthenticationError(NOSASL_REFUSED)
-    response = getattr(ttypes, "T%sResp" % msg.name)(
+    response = getattr(ttypes, f"T{msg.name}Resp")(
         status=error_status(error.message, error.sqlstate, error.error_code))
-    result = getattr(TCLIService, "%s_result" % msg.name)(success=response)
+    result = getattr(TCLIService, f"{msg.name}_result")(success=response)
     plain.write(encode_reply(msg.name, msg.seqid, result))
     plain.flush()
     return True
 
 
-def use_target(statement: str) -> Optional[str]:
+def use_target(statement: str) -> str | None:
     """The database a ``USE`` statement switches to, else None."""
     match = _USE.match(statement)
     return match.group(1).lower() if match else None

@@ -16,21 +16,31 @@ import ssl
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional
 
+from TCLIService import TCLIService, ttypes
 from thrift.Thrift import TMessageType
 
 from tierlake.server.exceptions import TierlakeError
-from TCLIService import TCLIService, ttypes
-
-from tierlake.server.gateway.protocol import (DEFAULT_MAX_MESSAGE, LocalResult, MessageReader, RawMessage, SessionInfo,
-                       SocketTransport, StatementHandler, decode_body, encode_message,
-                       encode_reply, error_status, ok_status)
-from tierlake.server.runtime.operations import OperationControl, running
+from tierlake.server.gateway.protocol import (
+    DEFAULT_MAX_MESSAGE,
+    LocalResult,
+    MessageReader,
+    RawMessage,
+    SessionInfo,
+    SocketTransport,
+    StatementHandler,
+    decode_body,
+    encode_message,
+    encode_reply,
+    error_status,
+    ok_status,
+)
 from tierlake.server.gateway.results import build_row_set, empty_log_row_set, parse_columns, table_schema
 from tierlake.server.gateway.sasl import Authenticator, NotSaslClient, SaslError, SaslServerTransport
 from tierlake.server.gateway.security import TlsError, refuse_nosasl, start_tls, use_target
+from tierlake.server.runtime.operations import OperationControl, running
 
 log = logging.getLogger("tierlake.gateway")
 
@@ -53,7 +63,7 @@ class _BackendError(Exception):
 
 def _describe(exc: BaseException) -> str:
     text = str(exc)
-    return "%s: %s" % (type(exc).__name__, text) if text else type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _now_ms() -> int:
@@ -68,8 +78,8 @@ class _LocalOperation:
     started_ms: int
     control: OperationControl
     done: threading.Event
-    result: Optional[LocalResult] = None
-    failure: Optional[ttypes.TStatus] = None
+    result: LocalResult | None = None
+    failure: ttypes.TStatus | None = None
     completed_ms: int = 0
     cursor: int = 0
 
@@ -86,17 +96,17 @@ class _LocalOperation:
 class _Connection:
     """One client connection, its backend link, its sessions and local operations."""
 
-    def __init__(self, gateway: "Gateway", sock: socket.socket, address):
+    def __init__(self, gateway: Gateway, sock: socket.socket, address):
         self.gateway = gateway
         self.sock = sock
-        self.address = "%s:%s" % (address[0], address[1])
-        self.user: Optional[str] = None
+        self.address = f"{address[0]}:{address[1]}"
+        self.user: str | None = None
         self.client = None
-        self.backend: Optional[SocketTransport] = None
-        self.sessions: Dict[bytes, SessionInfo] = {}
-        self.operations: Dict[bytes, _LocalOperation] = {}
+        self.backend: SocketTransport | None = None
+        self.sessions: dict[bytes, SessionInfo] = {}
+        self.operations: dict[bytes, _LocalOperation] = {}
         self._closing = False
-        self._intercepts: Dict[str, Callable[[RawMessage], Optional[bytes]]] = {
+        self._intercepts: dict[str, Callable[[RawMessage], bytes | None]] = {
             "OpenSession": self._open_session,
             "CloseSession": self._close_session,
             "ExecuteStatement": self._execute_statement,
@@ -147,7 +157,7 @@ class _Connection:
             except NotSaslClient as exc:
                 try:
                     refuse_nosasl(self.sock, exc.prefix, gw.handshake_timeout)
-                except Exception as refusal:  # garbage that merely starts like Thrift
+                except Exception as refusal:  # noqa: BLE001 - garbage that merely starts like Thrift
                     log.debug("cannot answer the NOSASL client %s: %s", self.address, _describe(refusal))
                 raise
         else:
@@ -156,8 +166,7 @@ class _Connection:
             backend = socket.create_connection((gw.backend_host, gw.backend_port),
                                                timeout=gw.connect_timeout)
         except OSError as exc:
-            raise _BackendError("cannot connect to %s:%s: %s"
-                                % (gw.backend_host, gw.backend_port, exc)) from None
+            raise _BackendError(f"cannot connect to {gw.backend_host}:{gw.backend_port}: {exc}") from None
         backend.settimeout(None)
         backend.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.backend = SocketTransport(backend)
@@ -202,7 +211,7 @@ class _Connection:
         self.sessions.clear()
 
     # -- dispatch ---------------------------------------------------------
-    def _handle(self, msg: RawMessage) -> Optional[bytes]:
+    def _handle(self, msg: RawMessage) -> bytes | None:
         intercept = self._intercepts.get(msg.name) if msg.mtype == TMessageType.CALL else None
         if intercept is not None:
             try:
@@ -211,13 +220,13 @@ class _Connection:
                 raise
             except Exception as exc:
                 log.exception("gateway failed to answer %s from %s", msg.name, self.address)
-                return self._error_reply(msg, "Internal gateway error: %s" % _describe(exc))
+                return self._error_reply(msg, f"Internal gateway error: {_describe(exc)}")
             if reply is not None:
                 return reply
         reply_msg = self._relay(msg)
         return reply_msg.data if reply_msg is not None else None
 
-    def _relay(self, msg: RawMessage) -> Optional[RawMessage]:
+    def _relay(self, msg: RawMessage) -> RawMessage | None:
         try:
             self.backend.write(msg.data)
             self.backend.flush()
@@ -232,12 +241,12 @@ class _Connection:
 
     @staticmethod
     def _reply(msg: RawMessage, response) -> bytes:
-        result = getattr(TCLIService, "%s_result" % msg.name)(success=response)
+        result = getattr(TCLIService, f"{msg.name}_result")(success=response)
         return encode_reply(msg.name, msg.seqid, result)
 
     def _error_reply(self, msg: RawMessage, message: str, sqlstate: str = "XX000",
                      error_code: int = 1000) -> bytes:
-        response = getattr(ttypes, "T%sResp" % msg.name)(
+        response = getattr(ttypes, f"T{msg.name}Resp")(
             status=error_status(message, sqlstate, error_code))
         return self._reply(msg, response)
 
@@ -246,10 +255,10 @@ class _Connection:
         if not self.operations:
             return None, None
         try:
-            request = decode_body(msg, getattr(TCLIService, "%s_args" % msg.name)).req
+            request = decode_body(msg, getattr(TCLIService, f"{msg.name}_args")).req
             guid = request.operationHandle.operationId.guid
-        except Exception:
-            return None, None  # not decodable by the stubs: the backend decides
+        except Exception:  # noqa: BLE001 - not decodable by the stubs: the backend decides
+            return None, None
         return request, self.operations.get(guid)
 
     # -- sessions -----------------------------------------------------------
@@ -303,12 +312,12 @@ class _Connection:
         return reply.data
 
     # -- local statements ---------------------------------------------------
-    def _execute_statement(self, msg: RawMessage) -> Optional[bytes]:
+    def _execute_statement(self, msg: RawMessage) -> bytes | None:
         try:
             request = decode_body(msg, TCLIService.ExecuteStatement_args).req
             statement = request.statement
             session = self.sessions.get(request.sessionHandle.sessionId.guid)
-        except Exception:
+        except Exception:  # noqa: BLE001 - an undecodable request is the backend's to answer
             return None
         authorizer = self.gateway.authorizer
         if not isinstance(statement, str):
@@ -325,7 +334,7 @@ class _Connection:
                 return self._error_reply(msg, exc.message, exc.sqlstate, exc.error_code)
             except Exception as exc:
                 log.exception("authorizer failed for %r", statement[:200])
-                return self._error_reply(msg, "Internal error: %s" % _describe(exc))
+                return self._error_reply(msg, f"Internal error: {_describe(exc)}")
         database = use_target(statement)
         if database is not None:
             return self._relay_use(msg, session, database)
@@ -333,7 +342,7 @@ class _Connection:
             wanted = self.gateway.handler.wants(statement)
         except Exception as exc:
             log.exception("handler.wants failed for %r", statement[:200])
-            return self._error_reply(msg, "Internal error: %s" % _describe(exc))
+            return self._error_reply(msg, f"Internal error: {_describe(exc)}")
         if not wanted:
             return None
         return self._reply(msg, self._run_local(statement, session, bool(request.runAsync)))
@@ -353,12 +362,12 @@ class _Connection:
                    run_async: bool = False) -> ttypes.TExecuteStatementResp:
         guid, secret = uuid.uuid4().bytes, uuid.uuid4().bytes
         op = _LocalOperation(guid, session.session_guid, session.protocol_version, _now_ms(),
-                             OperationControl("%r from %s" % (statement[:80], self.address)),
+                             OperationControl(f"{statement[:80]!r} from {self.address}"),
                              threading.Event())
         if run_async:
             self.operations[guid] = op
             threading.Thread(target=self._execute_local, args=(op, statement, session), daemon=True,
-                             name="tierlake-statement-%s" % guid.hex()[:8]).start()
+                             name=f"tierlake-statement-{guid.hex()[:8]}").start()
             op.done.wait(ASYNC_GRACE_S)
         else:
             self._execute_local(op, statement, session)
@@ -376,7 +385,7 @@ class _Connection:
             with running(op.control):
                 result = self.gateway.handler.execute(statement, session)
             if not isinstance(result, LocalResult):
-                raise TypeError("handler returned %s, not LocalResult" % type(result).__name__)
+                raise TypeError(f"handler returned {type(result).__name__}, not LocalResult")
             parse_columns(result.columns)  # unsupported types fail the statement, not a fetch
             op.result = LocalResult(list(result.columns), list(result.rows))
             log.debug("local statement from %s returned %d rows", self.address, len(op.result.rows))
@@ -385,18 +394,18 @@ class _Connection:
             op.failure = error_status(exc.message, exc.sqlstate, exc.error_code)
         except Exception as exc:
             log.exception("local statement %r failed", statement[:200])
-            op.failure = error_status("Internal error: %s" % _describe(exc))
+            op.failure = error_status(f"Internal error: {_describe(exc)}")
         finally:
             op.completed_ms = _now_ms()
             op.done.set()
 
-    def _not_finished(self, msg: RawMessage, op: _LocalOperation) -> Optional[bytes]:
+    def _not_finished(self, msg: RawMessage, op: _LocalOperation) -> bytes | None:
         if op.state == ttypes.TOperationState.FINISHED_STATE:
             return None
         name = ttypes.TOperationState._VALUES_TO_NAMES.get(op.state, op.state)
-        return self._error_reply(msg, "Expected state FINISHED, but found %s" % name, "HY010", 1000)
+        return self._error_reply(msg, f"Expected state FINISHED, but found {name}", "HY010", 1000)
 
-    def _get_operation_status(self, msg: RawMessage) -> Optional[bytes]:
+    def _get_operation_status(self, msg: RawMessage) -> bytes | None:
         _, op = self._local_operation(msg)
         if op is None:
             return None
@@ -411,7 +420,7 @@ class _Connection:
             response.errorMessage = op.failure.errorMessage
         return self._reply(msg, response)
 
-    def _get_result_set_metadata(self, msg: RawMessage) -> Optional[bytes]:
+    def _get_result_set_metadata(self, msg: RawMessage) -> bytes | None:
         _, op = self._local_operation(msg)
         if op is None:
             return None
@@ -421,7 +430,7 @@ class _Connection:
         return self._reply(msg, ttypes.TGetResultSetMetadataResp(
             status=ok_status(), schema=table_schema(op.result.columns)))
 
-    def _fetch_results(self, msg: RawMessage) -> Optional[bytes]:
+    def _fetch_results(self, msg: RawMessage) -> bytes | None:
         request, op = self._local_operation(msg)
         if op is None:
             return None
@@ -442,8 +451,7 @@ class _Connection:
             start = op.cursor
         else:
             name = ttypes.TFetchOrientation._VALUES_TO_NAMES.get(orientation, orientation)
-            return self._error_reply(msg, "The fetch type %s is not supported for this resultset"
-                                     % name, "HY106", 1000)
+            return self._error_reply(msg, f"The fetch type {name} is not supported for this resultset", "HY106", 1000)
         size = request.maxRows if request.maxRows and request.maxRows > 0 else DEFAULT_FETCH_SIZE
         rows = op.result.rows[start:start + size]
         end = start + len(rows)
@@ -453,11 +461,11 @@ class _Connection:
                 results=build_row_set(op.result.columns, rows, start, op.protocol_version)))
         except Exception as exc:
             log.exception("cannot encode rows %d..%d of a local result", start, end)
-            return self._error_reply(msg, "Cannot encode result rows: %s" % _describe(exc))
+            return self._error_reply(msg, f"Cannot encode result rows: {_describe(exc)}")
         op.cursor = end  # only once the batch is known to be encodable
         return reply
 
-    def _close_operation(self, msg: RawMessage) -> Optional[bytes]:
+    def _close_operation(self, msg: RawMessage) -> bytes | None:
         _, op = self._local_operation(msg)
         if op is None:
             return None
@@ -465,7 +473,7 @@ class _Connection:
         op.control.cancel()  # a no-op once it ended; HiveServer2 cancels a running one too
         return self._reply(msg, ttypes.TCloseOperationResp(status=ok_status()))
 
-    def _cancel_operation(self, msg: RawMessage) -> Optional[bytes]:
+    def _cancel_operation(self, msg: RawMessage) -> bytes | None:
         _, op = self._local_operation(msg)
         if op is None:
             return None
@@ -474,7 +482,7 @@ class _Connection:
             op.control.cancel()
         return self._reply(msg, ttypes.TCancelOperationResp(status=ok_status()))
 
-    def _get_log(self, msg: RawMessage) -> Optional[bytes]:
+    def _get_log(self, msg: RawMessage) -> bytes | None:
         _, op = self._local_operation(msg)
         if op is None:
             return None
@@ -502,16 +510,28 @@ class Gateway:
     session (the server registers its UDFs there); its failures are logged.
     """
 
-    def __init__(self, host: str, port: int, backend_host: str, backend_port: int,
-                 handler: StatementHandler, auth: str = "PLAIN",
-                 authenticator: Optional[Authenticator] = None, max_connections: int = 256,
-                 *, authorizer=None, ssl_context: Optional[ssl.SSLContext] = None, connect_timeout: float = 10.0, handshake_timeout: float = 30.0,
-                 max_message_size: int = DEFAULT_MAX_MESSAGE,
-                 on_session_opened: Optional[Callable[[bytes, bytes], None]] = None):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        backend_host: str,
+        backend_port: int,
+        handler: StatementHandler,
+        auth: str = "PLAIN",
+        authenticator: Authenticator | None = None,
+        max_connections: int = 256,
+        *,
+        authorizer=None,
+        ssl_context: ssl.SSLContext | None = None,
+        connect_timeout: float = 10.0,
+        handshake_timeout: float = 30.0,
+        max_message_size: int = DEFAULT_MAX_MESSAGE,
+        on_session_opened: Callable[[bytes, bytes], None] | None = None,
+    ):
         mode = (auth or "PLAIN").upper()
         mode = "PLAIN" if mode == "NONE" else mode
         if mode not in ("PLAIN", "NOSASL"):
-            raise ValueError("auth must be 'PLAIN' or 'NOSASL', not %r" % auth)
+            raise ValueError(f"auth must be 'PLAIN' or 'NOSASL', not {auth!r}")
         if not isinstance(handler, StatementHandler):
             raise TypeError("handler must have wants() and execute() methods")
         self.host = host
@@ -532,11 +552,11 @@ class Gateway:
         self.handshake_timeout = handshake_timeout
         self.max_message_size = max_message_size
         self.on_session_opened = on_session_opened
-        self._sock: Optional[socket.socket] = None
-        self._accept_thread: Optional[threading.Thread] = None
+        self._sock: socket.socket | None = None
+        self._accept_thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._lock = threading.Lock()
-        self._connections: Dict[_Connection, threading.Thread] = {}
+        self._connections: dict[_Connection, threading.Thread] = {}
         self._counter = 0
 
     @property
@@ -544,7 +564,7 @@ class Gateway:
         with self._lock:
             return len(self._connections)
 
-    def start(self) -> "Gateway":
+    def start(self) -> Gateway:
         """Bind and listen; returns once clients can connect."""
         if self._sock is not None:
             raise RuntimeError("gateway already started")
@@ -554,13 +574,18 @@ class Gateway:
         self._sock = sock
         self.port = sock.getsockname()[1]
         self._stopping.clear()
-        self._accept_thread = threading.Thread(target=self._accept_loop, daemon=True,
-                                               name="tierlake-gateway-accept")
+        self._accept_thread = threading.Thread(target=self._accept_loop, daemon=True, name="tierlake-gateway-accept")
         self._accept_thread.start()
-        log.info("gateway listening on %s:%d (auth %s%s%s), relaying to %s:%d", self.host,
-                 self.port, self.auth, ", TLS" if self.ssl_context else "",
-                 ", password file" if getattr(self.authorizer, "enabled", False) else "",
-                 self.backend_host, self.backend_port)
+        log.info(
+            "gateway listening on %s:%d (auth %s%s%s), relaying to %s:%d",
+            self.host,
+            self.port,
+            self.auth,
+            ", TLS" if self.ssl_context else "",
+            ", password file" if getattr(self.authorizer, "enabled", False) else "",
+            self.backend_host,
+            self.backend_port,
+        )
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -581,7 +606,7 @@ class Gateway:
             thread.join(max(0.0, deadline - time.monotonic()))
         log.info("gateway on port %d stopped", self.port)
 
-    def __enter__(self) -> "Gateway":
+    def __enter__(self) -> Gateway:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:
@@ -591,7 +616,7 @@ class Gateway:
         while not self._stopping.is_set():
             try:
                 sock, address = self._sock.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError as exc:
                 if self._stopping.is_set():
@@ -601,14 +626,12 @@ class Gateway:
                 continue
             with self._lock:
                 if len(self._connections) >= self.max_connections:
-                    log.warning("refusing %s:%s: %d connections open", address[0], address[1],
-                                len(self._connections))
+                    log.warning("refusing %s:%s: %d connections open", address[0], address[1], len(self._connections))
                     sock.close()
                     continue
                 self._counter += 1
                 conn = _Connection(self, sock, address)
-                thread = threading.Thread(target=conn.run, daemon=True,
-                                          name="tierlake-gateway-%d" % self._counter)
+                thread = threading.Thread(target=conn.run, daemon=True, name=f"tierlake-gateway-{self._counter}")
                 self._connections[conn] = thread
             thread.start()
 

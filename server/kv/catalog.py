@@ -19,12 +19,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 from tierlake import sql
-from tierlake.server.catalog.spec import TieredSpec
-from tierlake.server.catalog.table_path import TablePath
-from tierlake.server.exceptions import InvalidArgumentError, NoSuchTableError
-from tierlake.server.runtime.session import iceberg_table
-from tierlake.server.runtime.state_table import SmallTable
-
 from tierlake.server.catalog.properties import (  # noqa: F401 - the kv package's names for them
     KV_OF_PROPERTY,
     KV_POSITION,
@@ -34,6 +28,11 @@ from tierlake.server.catalog.properties import (  # noqa: F401 - the kv package'
     NUM_RETAINED,
     SNAPSHOT_INTERVAL,
 )
+from tierlake.server.catalog.spec import TieredSpec
+from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.exceptions import InvalidArgumentError, NoSuchTableError
+from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.runtime.state_table import SmallTable
 
 log = logging.getLogger("tierlake.kv")
 
@@ -100,7 +99,9 @@ class KvCatalog:
     def list(self, stream: TablePath) -> list[KvSnapshot]:
         """Oldest first."""
         _, rows = self.table.load()
-        snaps = [KvSnapshot(**r) for r in rows if (r["database_name"], r["table_name"]) == (stream.database, stream.table)]
+        snaps = [
+            KvSnapshot(**r) for r in rows if (r["database_name"], r["table_name"]) == (stream.database, stream.table)
+        ]
         return sorted(snaps, key=lambda s: (s.log_position, s.created_at))
 
     def newest(self, stream: TablePath) -> KvSnapshot | None:
@@ -118,8 +119,14 @@ class KvCatalog:
 
     def remove(self, stream: TablePath, snapshot_ids: set[int]) -> None:
         def change(rows):
-            keep = [r for r in rows if not ((r["database_name"], r["table_name"]) == (stream.database, stream.table)
-                                            and r["snapshot_id"] in snapshot_ids)]
+            keep = [
+                r
+                for r in rows
+                if not (
+                    (r["database_name"], r["table_name"]) == (stream.database, stream.table)
+                    and r["snapshot_id"] in snapshot_ids
+                )
+            ]
             changed = len(keep) != len(rows)
             rows[:] = keep
             return None, changed

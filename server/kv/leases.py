@@ -22,12 +22,12 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from tierlake.server.runtime import migrations
+from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.exceptions import InvalidArgumentError, UnsupportedFeatureError
+from tierlake.server.kv.catalog import KvCatalog, kv_table_of, primary_key_spec
+from tierlake.server.runtime import migrations
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.runtime.state_table import SmallTable
-from tierlake.server.catalog.table_path import TablePath
-from tierlake.server.kv.catalog import KvCatalog, kv_table_of, primary_key_spec
 
 log = logging.getLogger("tierlake.leases")
 
@@ -95,31 +95,48 @@ class Leases:
             requested = {b: None for b in range(spec.buckets)}
         for bucket in requested:
             if not 0 <= bucket < spec.buckets:
-                raise InvalidArgumentError(f"bucket {bucket} does not exist: {stream} has buckets 0..{spec.buckets - 1}")
+                raise InvalidArgumentError(
+                    f"bucket {bucket} does not exist: {stream} has buckets 0..{spec.buckets - 1}"
+                )
         wanted = {b: (newest if sid is None else sid) for b, sid in sorted(requested.items())}
         expires = now + duration
-        available = {sid for sid in set(wanted.values()) - {None}
-                     if sid in retained and self._tag(kv_table, lease_id, sid, expires)}
+        available = {
+            sid
+            for sid in set(wanted.values()) - {None}
+            if sid in retained and self._tag(kv_table, lease_id, sid, expires)
+        }
 
         def change(rows):
             for bucket, sid in wanted.items():
                 if sid not in available:
                     continue
                 key = (lease_id, stream.database, stream.table, bucket)
-                previous = next((r for r in rows if (r["lease_id"], r["database_name"], r["table_name"], r["bucket"]) == key), None)
+                previous = next(
+                    (r for r in rows if (r["lease_id"], r["database_name"], r["table_name"], r["bucket"]) == key), None
+                )
                 if previous is not None:
                     rows.remove(previous)
-                rows.append({"lease_id": lease_id, "database_name": stream.database, "table_name": stream.table,
-                             "kv_table": str(kv_table), "bucket": bucket, "snapshot_id": sid,
-                             "acquired_at": previous["acquired_at"] if previous and previous["snapshot_id"] == sid else now,
-                             "expires_at": expires})
+                rows.append(
+                    {
+                        "lease_id": lease_id,
+                        "database_name": stream.database,
+                        "table_name": stream.table,
+                        "kv_table": str(kv_table),
+                        "bucket": bucket,
+                        "snapshot_id": sid,
+                        "acquired_at": previous["acquired_at"] if previous and previous["snapshot_id"] == sid else now,
+                        "expires_at": expires,
+                    }
+                )
             for r in rows:
                 if r["lease_id"] == lease_id:
                     r["expires_at"] = expires
             return [r for r in rows if r["lease_id"] == lease_id], True
 
         after = self.table.update(change)
-        self._sync_tags({(lease_id, r["kv_table"]) for r in after} | ({(lease_id, str(kv_table))} if kv_table else set()))
+        self._sync_tags(
+            {(lease_id, r["kv_table"]) for r in after} | ({(lease_id, str(kv_table))} if kv_table else set())
+        )
         out = []
         for bucket, sid in wanted.items():
             if sid in available:
@@ -134,9 +151,13 @@ class Leases:
         self.require()
 
         def matches(r):
-            return r["lease_id"] == lease_id and (stream is None or (
-                (r["database_name"], r["table_name"]) == (stream.database, stream.table)
-                and (buckets is None or r["bucket"] in buckets)))
+            return r["lease_id"] == lease_id and (
+                stream is None
+                or (
+                    (r["database_name"], r["table_name"]) == (stream.database, stream.table)
+                    and (buckets is None or r["bucket"] in buckets)
+                )
+            )
 
         def change(rows):
             gone = [r for r in rows if matches(r)]
@@ -145,15 +166,20 @@ class Leases:
 
         gone = self.table.update(change)
         self._sync_tags({(r["lease_id"], r["kv_table"]) for r in gone})
-        return [(f"{r['database_name']}.{r['table_name']}", r["bucket"], r["snapshot_id"], "released", r["expires_at"])
-                for r in sorted(gone, key=lambda r: (r["database_name"], r["table_name"], r["bucket"]))]
+        return [
+            (f"{r['database_name']}.{r['table_name']}", r["bucket"], r["snapshot_id"], "released", r["expires_at"])
+            for r in sorted(gone, key=lambda r: (r["database_name"], r["table_name"], r["bucket"]))
+        ]
 
     def prune_expired(self, stream: TablePath, now: datetime) -> int:
         """Forget expired entries of ``stream`` (they no longer protect anything)."""
 
         def change(rows):
-            gone = [r for r in rows if (r["database_name"], r["table_name"]) == (stream.database, stream.table)
-                    and r["expires_at"] <= now]
+            gone = [
+                r
+                for r in rows
+                if (r["database_name"], r["table_name"]) == (stream.database, stream.table) and r["expires_at"] <= now
+            ]
             for r in gone:
                 rows.remove(r)
             return gone, bool(gone)
@@ -202,7 +228,7 @@ class Leases:
                     if r["lease_id"] == lease_id and r["kv_table"] == kv_name:
                         desired[r["snapshot_id"]] = max(r["expires_at"], desired.get(r["snapshot_id"], r["expires_at"]))
                 for ref in refs:
-                    if ref.startswith(prefix) and int(ref[len(prefix):]) not in desired:
+                    if ref.startswith(prefix) and int(ref[len(prefix) :]) not in desired:
                         manage, changed = manage.removeTag(ref), True
                 for sid, expires in desired.items():
                     snapshot = table.snapshot(sid)
@@ -216,5 +242,5 @@ class Leases:
             if changed:
                 try:
                     manage.commit()
-                except Exception:  # noqa: BLE001 - rows are the source of truth; tags follow next time
+                except Exception:
                     log.warning("could not update lease tags of %s", kv_table, exc_info=True)

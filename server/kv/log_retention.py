@@ -20,14 +20,14 @@ from datetime import datetime
 from typing import Any
 
 from tierlake.server.catalog import properties as P
-from tierlake.server.runtime.durations import parse_duration
-from tierlake.server.runtime.session import iceberg_table
-from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.catalog.properties import LAKE_TABLE_PROPERTY
+from tierlake.server.catalog.spec import TieredSpec
+from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.changelog.planner import MAINTENANCE, lake_position
 from tierlake.server.kv import catalog as kv
 from tierlake.server.kv.leases import Leases
-from tierlake.server.changelog.planner import MAINTENANCE, lake_position
-from tierlake.server.catalog.spec import TieredSpec
+from tierlake.server.runtime.durations import parse_duration
+from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.kv")
 

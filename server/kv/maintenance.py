@@ -17,12 +17,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from tierlake.server.catalog import properties as P
+from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.kv import catalog as kv
 from tierlake.server.kv import log_retention as logretention
 from tierlake.server.kv.retention import expire, num_retained
 from tierlake.server.kv.snapshots import take_snapshot
-from tierlake.server.catalog.spec import TieredSpec
 
 log = logging.getLogger("tierlake.kv")
 
@@ -68,14 +68,14 @@ class KvMaintenance(threading.Thread):
         try:
             for kv_table in kv.drop_orphans(self.server.spark):
                 out[kv_table] = ["dropped orphan KV table"]
-        except Exception:  # noqa: BLE001 - snapshots and retention still run
+        except Exception:
             log.warning("dropping orphan KV tables failed", exc_info=True)
         for state in sorted(states.values(), key=lambda s: s.table_id):
             stream = TablePath(state.database_name, state.table_name)
             try:
                 if self.server.spark.catalog.tableExists(stream.quoted):
                     out[str(stream)] = maintain(self.server.spark, self.server.config, stream, state.created_at, now)
-            except Exception:  # noqa: BLE001 - the next table, and the next tick, still run
+            except Exception:
                 log.warning("KV maintenance of %s failed", stream, exc_info=True)
         return out
 
@@ -83,7 +83,7 @@ class KvMaintenance(threading.Thread):
         while not self.stop_event.wait(self.interval.total_seconds()):
             try:
                 self.run_once()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("KV maintenance tick failed")
 
     def stop(self) -> None:

@@ -29,12 +29,15 @@ def num_retained(props: dict[str, str], config: Any) -> int:
     except ValueError:
         raise InvalidArgumentError(f"'{NUM_RETAINED}' must be a whole number, got {raw!r}") from None
     if value < 1:
-        raise InvalidArgumentError(f"'{NUM_RETAINED}' must be at least 1 (the newest snapshot is always kept), got {value}")
+        raise InvalidArgumentError(
+            f"'{NUM_RETAINED}' must be at least 1 (the newest snapshot is always kept), got {value}"
+        )
     return value
 
 
-def expire(spark: Any, stream: TablePath, retain: int, now: datetime | None = None,
-           catalog: KvCatalog | None = None) -> list[tuple[KvSnapshot, str]]:
+def expire(
+    spark: Any, stream: TablePath, retain: int, now: datetime | None = None, catalog: KvCatalog | None = None
+) -> list[tuple[KvSnapshot, str]]:
     """Expire all but the newest ``retain`` KV snapshots, except leased ones.
 
     Returns every snapshot with its outcome: ``retained``, ``leased`` or
@@ -82,7 +85,7 @@ def _expire_in_iceberg(spark: Any, snap: KvSnapshot) -> bool:
         # expireOlderThan(0): only this snapshot, nothing by age.
         table.expireSnapshots().expireOlderThan(0).expireSnapshotId(snap.snapshot_id).commit()
         return True
-    except Exception as e:  # noqa: BLE001 - py4j-wrapped ValidationException
+    except Exception as e:
         if "Still referenced by refs" in str(e):
             return False
         raise

@@ -27,9 +27,20 @@ from tierlake.server.catalog.tiered_tables import create_lake_table
 from tierlake.server.changelog import lake_write
 from tierlake.server.changelog.planner import Chunk, summary
 from tierlake.server.exceptions import InvalidArgumentError, TieringGuardError
-from tierlake.server.kv.catalog import (KV_OF_PROPERTY, KV_POSITION, KV_STREAM_SNAPSHOT, KV_TABLE_PROPERTY,
-                                        LOG_START_PROPERTY, NEVER_MS, KvCatalog, KvSnapshot, kv_table_name,
-                                        kv_table_of, primary_key_spec, table_lock)
+from tierlake.server.kv.catalog import (
+    KV_OF_PROPERTY,
+    KV_POSITION,
+    KV_STREAM_SNAPSHOT,
+    KV_TABLE_PROPERTY,
+    LOG_START_PROPERTY,
+    NEVER_MS,
+    KvCatalog,
+    KvSnapshot,
+    kv_table_name,
+    kv_table_of,
+    primary_key_spec,
+    table_lock,
+)
 from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.kv")

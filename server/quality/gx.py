@@ -79,7 +79,7 @@ def build(name: str, kwargs: dict[str, Any]) -> Any:
     except Exception as e:  # noqa: BLE001 - pydantic's ValidationError lists every bad field
         lines = [line.strip() for line in str(e).splitlines()[1:] if line.strip()]
         problems: dict[str, str] = {}  # pydantic lists one line per type it tried; the first says enough
-        for field_name, problem in zip(lines[::2], lines[1::2]):
+        for field_name, problem in zip(lines[::2], lines[1::2], strict=False):
             field_name = "arguments" if field_name == "__root__" else field_name
             problems.setdefault(field_name, re.sub(r" [(]type=.*[)]$", "", problem))
         detail = "; ".join(f"{k}: {v}" for k, v in problems.items()) or str(e)

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from tierlake.server.catalog.spec import TieredSpec
+from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.changelog.planner import SOURCE_POSITION
+from tierlake.server.changelog.planner import summary as summary_of
 from tierlake.server.quality import gx
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.runtime.state_table import SmallTable
-from tierlake.server.catalog.table_path import TablePath
-from tierlake.server.catalog.spec import TieredSpec
-from tierlake.server.changelog.planner import SOURCE_POSITION
-from tierlake.server.changelog.planner import summary as summary_of
 
 log = logging.getLogger("tierlake.quality")
 
@@ -150,7 +150,7 @@ def run(spark: Any, target: Target, sample_size: int = DEFAULT_SAMPLE_SIZE) -> R
                  tiering_epoch=target.epoch, run_time=started, source=source, expectation=o.expectation,
                  success=o.success, observed_value=o.observed_value, unexpected_count=o.unexpected_count,
                  unexpected_sample=o.unexpected_sample)
-            for source, o in zip(sources, outcomes)]
+            for source, o in zip(sources, outcomes, strict=False)]
     SmallTable(spark, RESULTS_TABLE).append(rows)
     log.info("validated %s (%s, %s): %d of %d expectations failed", target.lake, target.ref, target.trigger,
              len(result.failures), len(outcomes))

@@ -1,1 +1,2 @@
-"""Bootstrap and process runtime: configuration, the SparkSession, jars, metastore, migrations, logging, fault points."""
+"""Bootstrap and process runtime: settings and configuration, the SparkSession, jars,
+metastore, migrations, logging, fault points, statement cancellation, the UDF registry."""

@@ -105,7 +105,7 @@ class Config:
         config_file: str | Path | None = None,
         conf: dict[str, str] | None = None,
         **flags: str | int | None,
-    ) -> "Config":
+    ) -> Config:
         home_path = Path(home) if home else default_home()
         home_path = home_path.expanduser().resolve()
         values = dict(DEFAULTS)
@@ -124,7 +124,7 @@ class Config:
         return cls(home=home_path, values=values)
 
     @classmethod
-    def defaults(cls) -> "Config":
+    def defaults(cls) -> Config:
         """The built-in configuration, for code called without one (tests, tools)."""
         return cls(home=default_home(), values=dict(DEFAULTS))
 

@@ -38,8 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from tierlake.server.runtime.docstrings import parse_docstring
 from tierlake.server.exceptions import ConfigError
+from tierlake.server.runtime.docstrings import parse_docstring
 
 # The SQL names of parameter annotations (a UDF argument may always be NULL,
 # so ``X | None`` maps to the same type as ``X``).

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tierlake import sql
-from tierlake.server.runtime.config import Config
 from tierlake.server.exceptions import ConfigError, MigrationError
+from tierlake.server.runtime.config import Config
 
 log = logging.getLogger("tierlake.metastore")
 
@@ -141,7 +141,7 @@ def _ensure_postgres(spark: Any, db: MetastoreDb) -> None:
             stmt.execute(statement)
         conn.commit()
         stmt.close()
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         conn.rollback()
         raise MigrationError(f"cannot create the Hive lock tables in {db.display_url}: {_java_message(e)}") from e
     finally:

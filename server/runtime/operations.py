@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, List, Optional
+from collections.abc import Callable
 
 log = logging.getLogger("tierlake.gateway")
 
@@ -27,7 +27,7 @@ class OperationControl:
         self.description = description
         self._cancelled = threading.Event()
         self._lock = threading.Lock()
-        self._callbacks: List[Callable[[], None]] = []
+        self._callbacks: list[Callable[[], None]] = []
 
     @property
     def cancelled(self) -> bool:
@@ -62,11 +62,11 @@ class OperationControl:
     def _run(callback: Callable[[], None]) -> None:
         try:
             callback()
-        except Exception:  # noqa: BLE001 - a failing callback must not stop the others
+        except Exception:
             log.warning("cancel callback failed", exc_info=True)
 
 
-def current() -> Optional[OperationControl]:
+def current() -> OperationControl | None:
     """The control of the statement running on this thread, if any."""
     return getattr(_current, "control", None)
 

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tierlake.server.runtime.config import Config
 from tierlake.server.exceptions import HomeInUseError, MigrationError
+from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.jars import resolve_iceberg_jars
 from tierlake.server.runtime.log_setup import log4j2_config
 from tierlake.server.runtime.metastore import derby_url, ensure_lock_tables, metastore_db  # noqa: F401 - derby_url: re-export
@@ -36,7 +36,7 @@ class HomeLock:
         self.path = home / "tierlake.lock"
         self._fd: int | None = None
 
-    def acquire(self) -> "HomeLock":
+    def acquire(self) -> HomeLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -193,7 +193,7 @@ def start_metastore_service(spark: Any, config: Config, port: int) -> int:
     def serve() -> None:
         try:
             jvm.org.apache.hadoop.hive.metastore.HiveMetaStore.startMetaStore(port, bridge, hconf)
-        except Exception:  # noqa: BLE001 - logged; clients see the port closed
+        except Exception:
             log.exception("metastore service stopped")
 
     threading.Thread(target=serve, name="tierlake-metastore", daemon=True).start()

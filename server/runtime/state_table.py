@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from datetime import date, datetime, timezone
-from typing import Any, Callable
+from typing import Any
 
 from tierlake import sql
 from tierlake.server.exceptions import ConcurrentUpdateError
@@ -100,7 +101,7 @@ class SmallTable:
             try:
                 self.replace(rows, base)
                 return result
-            except Exception as e:  # noqa: BLE001 - py4j wraps Iceberg's exceptions
+            except Exception as e:
                 if not is_conflict(e):
                     raise
                 log.info("commit conflict on %s (attempt %d), retrying", self.name, attempt)

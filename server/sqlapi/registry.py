@@ -29,19 +29,20 @@ import difflib
 import inspect
 import re
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-from tierlake.server.runtime.docstrings import parse_docstring
-from tierlake.server.sqlapi.context import Context
-from tierlake.server.sqlapi.roles import ADMIN, check_role
-from tierlake.server.sqlapi.types import coerce, sql_type
 from tierlake.server.exceptions import (
     InvalidArgumentError,
     ProcedureFailedError,
     TierlakeError,
     UnknownProcedureError,
 )
+from tierlake.server.runtime.docstrings import parse_docstring
+from tierlake.server.sqlapi.context import Context
+from tierlake.server.sqlapi.roles import ADMIN, check_role
+from tierlake.server.sqlapi.types import coerce, sql_type
 
 _REQUIRED = inspect.Parameter.empty
 
@@ -112,7 +113,7 @@ class Procedure:
             )
         by_name = {p.name: p for p in self.params}
         bound: dict[str, Any] = {}
-        for param, value in zip(self.params, args):
+        for param, value in zip(self.params, args, strict=False):
             bound[param.name] = value
         for key, value in kwargs.items():
             if key not in by_name:
@@ -148,7 +149,7 @@ class Procedure:
             result = self.func(ctx, **bound)
         except TierlakeError:
             raise
-        except Exception as e:  # noqa: BLE001 - surfaced to the client as a SQL error
+        except Exception as e:
             raise ProcedureFailedError(f"{self.qualified_name} failed: {type(e).__name__}: {e}") from e
         rows = []
         width = len(self.returns)

@@ -73,7 +73,9 @@ def _describe(value: Any) -> str:
         return "map"
     if isinstance(value, list):
         return "array"
-    kind = {str: "STRING", bool: "BOOLEAN", int: "BIGINT", float: "DOUBLE", Decimal: "DECIMAL"}.get(type(value), type(value).__name__)
+    kind = {str: "STRING", bool: "BOOLEAN", int: "BIGINT", float: "DOUBLE", Decimal: "DECIMAL"}.get(
+        type(value), type(value).__name__
+    )
     text = repr(value) if isinstance(value, str) else str(value)
     if len(text) > 40:
         text = text[:37] + "..."
@@ -127,10 +129,7 @@ def coerce(value: Any, annotation: Any, where: str) -> Any:
         if not isinstance(value, SqlMap):
             raise bad()
         key_t, value_t = typing.get_args(annotation)
-        return {
-            coerce(k, key_t, f"{where} key"): coerce(v, value_t, f"{where}[{k!r}]")
-            for k, v in value.items()
-        }
+        return {coerce(k, key_t, f"{where} key"): coerce(v, value_t, f"{where}[{k!r}]") for k, v in value.items()}
     if dataclasses.is_dataclass(annotation):
         if not isinstance(value, SqlStruct):
             raise bad()
@@ -139,9 +138,7 @@ def coerce(value: Any, annotation: Any, where: str) -> Any:
         lowered = {k.lower(): v for k, v in value.items()}
         unknown = sorted(set(lowered) - set(fields))
         if unknown:
-            raise InvalidArgumentError(
-                f"{where}: unknown field {unknown[0]!r} (fields: {', '.join(fields)})"
-            )
+            raise InvalidArgumentError(f"{where}: unknown field {unknown[0]!r} (fields: {', '.join(fields)})")
         kwargs = {}
         for name, field in fields.items():
             if name in lowered:

@@ -30,11 +30,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 from tierlake import sql
-from tierlake.server.runtime import faults
-from tierlake.server.exceptions import (InvalidArgumentError, OperationCancelledError, SparkSqlError, SqlSyntaxError,
-                               TableExistsError)
-from tierlake.server.runtime.session import iceberg_table
-from tierlake.server.runtime.state_table import SmallTable
 from tierlake.server.catalog.columns import columns_of
 from tierlake.server.catalog.spec import CHANGE_TYPE, TieredSpec
 from tierlake.server.catalog.table_path import TablePath
@@ -42,7 +37,16 @@ from tierlake.server.catalog.tiered_tables import create_lake_table, create_stre
 from tierlake.server.changelog.planner import plan_round
 from tierlake.server.coordinator.registration import coordinator, find_registered, register_table
 from tierlake.server.coordinator.state_machine import Status
-from tierlake.server.runtime import operations
+from tierlake.server.exceptions import (
+    InvalidArgumentError,
+    OperationCancelledError,
+    SparkSqlError,
+    SqlSyntaxError,
+    TableExistsError,
+)
+from tierlake.server.runtime import faults, operations
+from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.runtime.state_table import SmallTable
 from tierlake.server.tiering.round import run_round
 
 log = logging.getLogger("tierlake.ctas")
@@ -261,7 +265,7 @@ class TwoPhaseCreate:
             state, _ = register_table(self.ctx, self.target, self.lake, Status.NEW, tiered_position=self.position)
         try:
             self.journal.finish(self.ctas_id, COMMITTED)
-        except Exception:  # noqa: BLE001 - committed all the same; the next start brings the journal up to date
+        except Exception:
             log.warning("CTAS %s committed, but its journal row could not be updated", self.ctas_id, exc_info=True)
         log.info("CTAS %s committed: %s (%d rows, position %d), lake table %s, table id %d", self.ctas_id,
                  self.target, self.rows, self.position, self.lake, state.table_id)
@@ -272,7 +276,7 @@ class TwoPhaseCreate:
             self.spark.sql(sql.render(T_RENAME, source=[source.database, source.table],
                                       target=[target.database, target.table]))
             return True
-        except Exception as e:  # noqa: BLE001 - py4j-wrapped AnalysisException
+        except Exception as e:
             if "ALREADY_EXISTS" in str(e) or "already exists" in str(e):
                 return False
             raise
@@ -284,7 +288,7 @@ class TwoPhaseCreate:
             dropped = remove_everything(self.spark, self.row)
             self.journal.finish(self.ctas_id, ABORTED, reason[:2048])
             log.info("CTAS %s of %s aborted (%s); removed %s", self.ctas_id, self.target, reason, dropped or "nothing")
-        except Exception:  # noqa: BLE001 - the journal row stays running: the next start rolls it back
+        except Exception:
             log.exception("CTAS %s of %s: abort failed; it is rolled back at the next start", self.ctas_id,
                           self.target)
 

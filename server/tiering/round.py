@@ -19,8 +19,9 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from tierlake.server.catalog import properties as P
 from tierlake.server.catalog.columns import lake_columns
@@ -173,7 +174,7 @@ def fast_forward(spark: Any, plan: Plan, branch: str, epoch: int, drop_branch: b
         if drop_branch:
             manage = manage.removeBranch(branch)  # one metadata commit instead of two
         manage.commit()
-    except Exception as e:  # noqa: BLE001 - py4j-wrapped ValidationException
+    except Exception as e:
         if "not an ancestor" in str(e) or "Cannot fast-forward" in str(e):
             raise FencedEpochError(
                 f"lake table {plan.lake} changed while this round (epoch {epoch}) ran; "
@@ -186,7 +187,7 @@ def drop_branch(spark: Any, plan: Plan, branch: str) -> None:
     """Best effort, after a round that did not publish its last chunk."""
     try:
         iceberg_table(spark, plan.lake.quoted).manageSnapshots().removeBranch(branch).commit()
-    except Exception:  # noqa: BLE001 - a leftover branch is dropped by the next round
+    except Exception:
         log.warning("could not drop branch %s of %s", branch, plan.lake, exc_info=True)
 
 

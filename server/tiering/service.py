@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tierlake.server.runtime.config import Config
+from tierlake.server.clients.procedure_client import JdbcClient
 from tierlake.server.exceptions import ConfigError
+from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.metastore import metastore_db
 from tierlake.server.runtime.session import HomeLock, build_spark, free_port
-from tierlake.server.clients.procedure_client import JdbcClient
 from tierlake.server.tiering.worker import Worker, persistent_job_id
 
 log = logging.getLogger("tierlake.tiering")
@@ -31,7 +31,7 @@ class TieringService:
         self.spark: Any = None
         self.workers: list[Worker] = []
 
-    def start(self, count: int) -> "TieringService":
+    def start(self, count: int) -> TieringService:
         self.lock.acquire()
         try:
             info = dict(self.client.call("server_info"))

@@ -70,7 +70,7 @@ def plan_round(spark: Any, stream: TablePath, lake: TablePath, spec: TieredSpec,
         return plan
 
 
-def plan_and_lease(spark: Any, leases: "JobLeases", path: str, stream: TablePath, lake: TablePath,
+def plan_and_lease(spark: Any, leases: JobLeases, path: str, stream: TablePath, lake: TablePath,
                    spec: TieredSpec) -> planner.Plan:
     """Plan the round; lease its snapshot split's snapshot before anything reads it."""
     exclude: set[int] = set()
@@ -117,7 +117,7 @@ class JobLeases:
             return None
         try:
             return self.client.call(procedure, **arguments)
-        except Exception as e:  # noqa: BLE001 - the compatibility rule: an old server is a warning
+        except Exception as e:
             if _unsupported(e):
                 self.supported = False
                 log.warning("the coordinator does not support KV snapshot leases (%s); tiering snapshot splits "
@@ -143,7 +143,7 @@ class JobLeases:
         try:
             self._call("release_lease", lease_id=self.lease_id, table=path)
             self.held.discard(path)
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.warning("could not release the KV snapshot lease of %s on %s", self.lease_id, path, exc_info=True)
 
     def drop_stale(self) -> None:
@@ -151,6 +151,7 @@ class JobLeases:
         try:
             rows = self._call("drop_lease", lease_id=self.lease_id)
             if rows:
-                log.info("dropped %d KV snapshot lease entries left by a previous run of job %s", len(rows), self.lease_id)
-        except Exception:  # noqa: BLE001 - the coordinator may be starting; the entries expire
+                log.info("dropped %d KV snapshot lease entries left by a previous run of job %s",
+                         len(rows), self.lease_id)
+        except Exception:
             log.warning("could not drop stale leases of job %s", self.lease_id, exc_info=True)

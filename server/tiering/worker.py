@@ -13,7 +13,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tierlake.server.runtime.config import Config
 from tierlake.server.catalog import properties as P
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import parse_table_path
@@ -21,6 +20,7 @@ from tierlake.server.catalog.tiered_tables import lake_of
 from tierlake.server.clients.procedure_client import LocalClient
 from tierlake.server.exceptions import FencedEpochError, TierlakeError
 from tierlake.server.runtime import faults
+from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.tiering import snapshot_split
 from tierlake.server.tiering.round import run_round
@@ -44,7 +44,7 @@ def persistent_job_id(home: Path, name: str) -> str:
 class _Renewer(threading.Thread):
     """Renews the table's heartbeat while a round runs; notices fencing."""
 
-    def __init__(self, worker: "Worker", table_id: int, epoch: int):
+    def __init__(self, worker: Worker, table_id: int, epoch: int):
         super().__init__(name=f"renew-{table_id}", daemon=True)
         self.worker, self.table_id, self.epoch = worker, table_id, epoch
         self.fenced: str | None = None
@@ -61,7 +61,7 @@ class _Renewer(threading.Thread):
         while not self.done.wait(self.worker.renew_interval):
             try:
                 self.renew()
-            except Exception:  # noqa: BLE001 - the coordinator may be briefly away
+            except Exception:
                 log.warning("heartbeat renewal failed", exc_info=True)
 
 
@@ -88,7 +88,7 @@ class Worker(threading.Thread):
         while not self.stop_event.is_set():
             try:
                 rows = self.client.call("heartbeat", job_id=self.job_id, request_table=True)
-            except Exception:  # noqa: BLE001 - keep trying; the server may be starting or busy
+            except Exception:
                 log.warning("heartbeat failed", exc_info=True)
                 self.stop_event.wait(self.poll_interval)
                 continue
@@ -96,7 +96,7 @@ class Worker(threading.Thread):
             if not assigned:
                 self.stop_event.wait(self.poll_interval)
                 continue
-            for kind, table_id, path, epoch, _ in assigned:
+            for _kind, table_id, path, epoch, _ in assigned:
                 self.tier(table_id, path, epoch)
 
     def tier(self, table_id: int, path: str, epoch: int) -> None:
@@ -127,7 +127,8 @@ class Worker(threading.Thread):
             self.leases.release(path)
             self.rounds += 1
             log.info("tiered %s: positions %d..%d, %d rows in %d commit(s)%s", path, plan.lake_position,
-                     result.end_position, result.rows, result.commits, " (force-finished)" if result.force_finished else "")
+                     result.end_position, result.rows, result.commits,
+                     " (force-finished)" if result.force_finished else "")
         except FencedEpochError as e:
             renewer.done.set()
             self.leases.release(path)
@@ -151,11 +152,10 @@ class Worker(threading.Thread):
             renewer.done.set()
             faults.point("after-report")
 
-
     def _report_failure(self, entry: dict, path: str, message: str) -> None:
         try:
             self.client.call("heartbeat", job_id=self.job_id, failed_tables=[dict(entry, error_message=message)])
-        except Exception:  # noqa: BLE001 - the table times out instead
+        except Exception:
             log.exception("could not report the failure of %s", path)
 
 

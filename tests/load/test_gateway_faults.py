@@ -71,7 +71,7 @@ def send(port: int, data: bytes, close: bool = True, read: bool = True) -> socke
                 pass
         except ConnectionResetError:
             pass
-        except socket.timeout:
+        except TimeoutError:
             raise AssertionError("the gateway left a bad connection open") from None
     if close:
         sock.close()

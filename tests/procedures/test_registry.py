@@ -2,9 +2,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from tierlake.server.exceptions import InvalidArgumentError, ProcedureFailedError, UnknownProcedureError
 from tierlake.server.sqlapi.registry import Context, Registry
 from tierlake.server.sqlapi.types import SqlMap, SqlStruct
-from tierlake.server.exceptions import InvalidArgumentError, ProcedureFailedError, UnknownProcedureError
 
 
 @dataclass

@@ -9,9 +9,9 @@ import uuid
 import pytest
 from pyhive import exc, hive
 
+from tests.conftest import make_iceberg_tables
 from tierlake import sql
 from tierlake.server.clients.procedure_client import Admin
-from tests.conftest import make_iceberg_tables
 
 pytestmark = pytest.mark.integration
 
@@ -126,7 +126,7 @@ def test_concurrent_jobs_never_get_the_same_table_and_epochs_are_fresh(tables, s
     assert sorted(table_ids) == sorted(ours), "each table assigned exactly once"
     admin = Admin.local(server)
     by_path = {s.table_path: s for s in admin.list_tiering_statuses()}
-    for name, (kind, table_id, path, epoch, error) in assigned:
+    for _name, (_kind, _table_id, path, epoch, error) in assigned:
         assert error is None and epoch >= 1
         assert by_path[path].status == "Tiering"
         assert by_path[path].tiering_epoch == epoch  # the epoch of the assignment is the current one

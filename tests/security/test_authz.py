@@ -2,11 +2,11 @@
 
 import pytest
 
-from tierlake.server.sqlapi import roles as R
 from tierlake.procedures import load_builtins
-from tierlake.server.gateway.authz import Authorizer, classify
 from tierlake.server.exceptions import PermissionDeniedError
+from tierlake.server.gateway.authz import Authorizer, classify
 from tierlake.server.gateway.passwords import PasswordFile, set_user
+from tierlake.server.sqlapi import roles as R
 
 
 @pytest.mark.parametrize("statement, role", [

@@ -4,11 +4,11 @@ import logging
 
 import pytest
 
+from tests.server.gateway.toy import ToyHandler
 from tierlake.server.app import gateway_from_config
-from tierlake.server.runtime.config import DEFAULTS, Config
 from tierlake.server.exceptions import ConfigError
 from tierlake.server.gateway.passwords import set_user
-from tests.server.gateway.toy import ToyHandler
+from tierlake.server.runtime.config import DEFAULTS, Config
 
 
 def build(tmp_path, **conf):

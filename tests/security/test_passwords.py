@@ -6,9 +6,9 @@ import stat
 
 import pytest
 
-from tierlake.server.gateway import passwords
 from tierlake.server.cli import main
 from tierlake.server.exceptions import ConfigError
+from tierlake.server.gateway import passwords
 
 
 def test_hashes_are_salted_and_verify(tmp_path):

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from tierlake.server.runtime import migrations
 from tests.conftest import free_port, subprocess_env, tierlake_command
+from tierlake.server.runtime import migrations
 
 pytestmark = pytest.mark.integration
 

@@ -1,7 +1,7 @@
 import pytest
 
-from tierlake.server.runtime.config import Config, parse_conf_args
 from tierlake.server.exceptions import ConfigError
+from tierlake.server.runtime.config import Config, parse_conf_args
 
 
 def test_precedence_defaults_file_conf_flags(tmp_path):
@@ -33,7 +33,9 @@ def test_bad_values_are_clear(tmp_path):
 
 
 def test_typed_accessors_take_registry_defaults(tmp_path):
-    cfg = Config.load(home=tmp_path, conf={"tierlake.tiering.poll-interval": "0.2 s", "tierlake.gateway.auth": "nosasl"})
+    cfg = Config.load(
+        home=tmp_path, conf={"tierlake.tiering.poll-interval": "0.2 s", "tierlake.gateway.auth": "nosasl"}
+    )
     assert cfg.duration("tierlake.tiering.poll-interval").total_seconds() == 0.2
     assert cfg.duration("tierlake.coordinator.interval").total_seconds() == 5
     assert cfg.int("tierlake.tiering.workers") == 1

@@ -18,9 +18,9 @@ import pytest
 from pyhive import exc, hive
 from TCLIService import ttypes
 
-from tierlake.server.tiering.ctas import StatementHook, _label, _location_key, check_query
 from tierlake.server.exceptions import InvalidArgumentError, OperationCancelledError, SqlSyntaxError, TableExistsError
 from tierlake.server.runtime.operations import OperationControl
+from tierlake.server.tiering.ctas import StatementHook, _label, _location_key, check_query
 
 # -- unit (no JVM) -------------------------------------------------------------
 
@@ -294,7 +294,7 @@ def test_concurrent_creators_of_one_name_one_wins_and_the_loser_leaves_nothing(s
     assert len(winners) == 1, outcomes
     loser = next(o for n, o in outcomes.items() if n not in winners)
     assert "already exists" in loser
-    who = {r.who for r in spark.table(f"{db}.race").collect()} | {r.who for r in spark.table(f"{db}_lake.race").collect()}
+    who = {r.who for t in (f"{db}.race", f"{db}_lake.race") for r in spark.table(t).collect()}
     assert who == set(winners)
     _, staged, registered, _, _ = catalog_state(spark, db)
     assert not staged and (db, "race") in registered
@@ -305,9 +305,11 @@ def test_concurrent_creators_of_one_name_one_wins_and_the_loser_leaves_nothing(s
 @integration
 def test_call_create_table_as_with_properties(server, spark, db):
     cur = connect(server)
-    cur.execute(f"CALL sys.create_table_as('{db}.c', 'SELECT id, id % 3 AS k FROM range(10)', "
-                "properties => map('primary-key', 'id', 'bucket.num', '2'))")
-    (_, path, lake, _, rows), = cur.fetchall()
+    cur.execute(
+        f"CALL sys.create_table_as('{db}.c', 'SELECT id, id % 3 AS k FROM range(10)', "
+        "properties => map('primary-key', 'id', 'bucket.num', '2'))"
+    )
+    ((_, path, lake, _, rows),) = cur.fetchall()
     assert (path, lake, rows) == (f"{db}.c", f"{db}_lake.c", 10)
     assert "_change_type" in spark.table(f"{db}.c").columns  # a primary-key stream table
     with pytest.raises(exc.OperationalError) as raised:
@@ -323,8 +325,10 @@ def test_call_create_table_as_with_properties(server, spark, db):
 def test_plain_iceberg_ctas_keeps_sparks_own_atomicity(server, spark, db):
     cur = connect(server)
     with pytest.raises(exc.OperationalError) as raised:  # relayed to Spark, whose sessions do not see driver UDFs
-        cur.execute(f"CREATE TABLE {db}.plain USING iceberg AS SELECT CASE WHEN id = 1000 "
-                    "THEN raise_error('row 1000 is poisoned') ELSE id END AS id FROM range(2000)")
+        cur.execute(
+            f"CREATE TABLE {db}.plain USING iceberg AS SELECT CASE WHEN id = 1000 "
+            "THEN raise_error('row 1000 is poisoned') ELSE id END AS id FROM range(2000)"
+        )
     assert "row 1000 is poisoned" in str(raised.value)
     assert not spark.catalog.tableExists(f"{db}.plain")
     cur.execute(f"CREATE TABLE {db}.plain USING iceberg AS SELECT id FROM range(5)")
@@ -337,7 +341,9 @@ def test_beeline_ctas_is_polled_to_the_end_and_a_failing_one_reports_the_error(s
     result = beeline.run(
         f"CREATE TABLE {db}.bl TBLPROPERTIES ('table.datalake.enabled'='true') AS SELECT id FROM range(20);\n"
         f"CREATE TABLE {db}.bad TBLPROPERTIES ('table.datalake.enabled'='true') "
-        "AS SELECT fail_at_1000(id) AS id FROM range(2000);\n", timeout=300)
+        "AS SELECT fail_at_1000(id) AS id FROM range(2000);\n",
+        timeout=300,
+    )
     out = result.stdout + result.stderr
     assert f"{db}.bl,{db}_lake.bl" in out, out[-3000:]
     assert "row 1000 is poisoned" in out

@@ -46,7 +46,7 @@ def visible(cur) -> dict:
 
 
 def killed_during(proc: subprocess.Popen, cur, name: str) -> None:
-    with pytest.raises(Exception):  # the connection drops with the server (a Thrift transport error)
+    with pytest.raises(Exception):  # noqa: B017 - the connection drops with the server (a Thrift transport error)
         cur.execute(CTAS.format(name=name))
     assert proc.wait(timeout=180) == -signal.SIGKILL
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tierlake.server.runtime import jars
 from tierlake.server.exceptions import JarResolutionError
+from tierlake.server.runtime import jars
 
 SHADED = "org/apache/iceberg/shaded/com/fasterxml/jackson/"
 OBJECT_MAPPER = SHADED + "databind/ObjectMapper.class"

@@ -3,9 +3,9 @@
 import pytest
 
 from tierlake import sql
+from tierlake.server.exceptions import ConfigError
 from tierlake.server.runtime import faults
 from tierlake.server.runtime.config import Config
-from tierlake.server.exceptions import ConfigError
 from tierlake.server.runtime.metastore import JDO, LOCK_TABLES, POSTGRES_LOCK_TABLES, metastore_db
 from tierlake.server.runtime.session import spark_settings
 

@@ -8,11 +8,11 @@ from decimal import Decimal
 
 import pytest
 
-from tierlake.server.sqlapi.types import JsonObject, SqlMap, coerce, sql_type
+from tierlake.server.catalog.spec import TieredSpec, quality_mode
 from tierlake.server.exceptions import InvalidArgumentError, MissingDependencyError
 from tierlake.server.quality import gx
 from tierlake.server.quality.suite import RunResult, failure_text
-from tierlake.server.catalog.spec import TieredSpec, quality_mode
+from tierlake.server.sqlapi.types import JsonObject, SqlMap, coerce, sql_type
 
 
 def test_quality_mode_is_off_warn_or_block():

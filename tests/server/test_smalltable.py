@@ -2,8 +2,8 @@
 
 import pytest
 
-from tierlake.server.runtime import state_table as smalltable
 from tierlake.server.exceptions import ConcurrentUpdateError
+from tierlake.server.runtime import state_table as smalltable
 from tierlake.server.runtime.state_table import SmallTable
 
 

@@ -8,8 +8,15 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from tierlake.server.coordinator import state_machine as sm
+from tierlake.server.coordinator.state_machine import (
+    FailedEntry,
+    FinishedEntry,
+    Policy,
+    Status,
+    TableState,
+    TieringEntry,
+)
 from tierlake.server.exceptions import IllegalTransitionError
-from tierlake.server.coordinator.state_machine import FailedEntry, FinishedEntry, Policy, Status, TableState, TieringEntry
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 POLICY = Policy(heartbeat_timeout=timedelta(seconds=60), retry_backoff=timedelta(seconds=5))
@@ -94,7 +101,9 @@ def test_freshness_comes_from_the_table_property():
 
 def test_force_finished_goes_pending_at_once_with_a_new_epoch():
     states = {1: table(status=Status.TIERING, tiering_epoch=4, job_id="j")}
-    out = sm.heartbeat(states, "j", [], [FinishedEntry(1, 4, force_finished=True, rows=10, tiered_position=9)], [], False, T0, POLICY)
+    out = sm.heartbeat(
+        states, "j", [], [FinishedEntry(1, 4, force_finished=True, rows=10, tiered_position=9)], [], False, T0, POLICY
+    )
     assert states[1].status is Status.PENDING and states[1].tiering_epoch == 5
     assert out.rounds[0].outcome == "force_finished"
 
@@ -138,9 +147,14 @@ def test_bad_entries_are_answered_alone():
         3: table(3, status=Status.PENDING, tiering_epoch=1),
     }
     out = sm.heartbeat(
-        states, "j",
+        states,
+        "j",
         tiering=[TieringEntry(1, 2), TieringEntry(2, 1), TieringEntry(3, 1), TieringEntry(99, 1)],
-        finished=[FinishedEntry(1, 3)], failed=[], request_table=False, now=T0, policy=POLICY,
+        finished=[FinishedEntry(1, 3)],
+        failed=[],
+        request_table=False,
+        now=T0,
+        policy=POLICY,
     )
     errors = {(a.kind, a.table_id): a.error for a in out.answers}
     assert "tiering epoch 2 of table shop.t1 (id 1) is stale: the current epoch is 3" in errors[("tiering", 1)]
@@ -202,7 +216,13 @@ def test_disable_closes_the_round_in_progress():
     assert (rnd.table_id, rnd.database_name, rnd.table_name, rnd.tiering_epoch, rnd.job_id) == (1, "shop", "t1", 3, "j")
     assert (rnd.started_at, rnd.ended_at, rnd.start_position, rnd.end_position) == (started, T0, 9, 9)
     assert (rnd.rows, rnd.bytes, rnd.files, rnd.outcome, rnd.error, rnd.duration_ms) == (
-        None, None, None, "disabled", None, 30_000)
+        None,
+        None,
+        None,
+        "disabled",
+        None,
+        30_000,
+    )
     # An idle table: no job, no start time.
     idle = sm.disable(table(status=Status.SCHEDULED), T0)
     assert (idle.job_id, idle.started_at, idle.duration_ms, idle.outcome) == (None, None, None, "disabled")

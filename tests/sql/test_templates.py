@@ -13,8 +13,8 @@ import pytest
 import sqlglot
 
 from tierlake import sql
-from tierlake.sql.values import SqlMap
 from tierlake.server.catalog.spec import CHANGE_TYPE, Column, TieredSpec, partition_sql
+from tierlake.sql.values import SqlMap
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "templates"
 PK = TieredSpec.from_properties({"primary-key": "order_id", "bucket.num": "4", "sequence-by": "ts"})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+
 from tierlake.server.exceptions import InvalidArgumentError
 from tierlake.server.runtime.functions import (
     FunctionRegistry,

@@ -12,11 +12,11 @@ from pyhive import hive
 from TCLIService import TCLIService
 from thrift.protocol.TBinaryProtocol import TBinaryProtocol
 from thrift.transport.TTransport import TTransportException
-from tierlake.server.gateway.protocol import SocketTransport
-from tierlake.server.gateway.server import Gateway
 
 from tests.server.gateway.test_gateway_unit import FakeHiveServer
 from tests.server.gateway.toy import ToyHandler
+from tierlake.server.gateway.protocol import SocketTransport
+from tierlake.server.gateway.server import Gateway
 
 
 class RecordingBackend(FakeHiveServer):

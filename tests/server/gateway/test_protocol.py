@@ -12,8 +12,14 @@ from thrift.protocol.TProtocol import TProtocolException
 from thrift.Thrift import TMessageType, TType
 from thrift.transport.TTransport import TMemoryBuffer, TTransportException
 
-from tierlake.server.gateway.protocol import (MessageReader, RecordingTransport, SocketTransport,
-                                     decode_body, encode_reply, error_status)
+from tierlake.server.gateway.protocol import (
+    MessageReader,
+    RecordingTransport,
+    SocketTransport,
+    decode_body,
+    encode_reply,
+    error_status,
+)
 
 
 class Chunked(TMemoryBuffer):

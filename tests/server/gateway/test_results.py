@@ -11,9 +11,16 @@ from TCLIService import ttypes
 from thrift.protocol.TBinaryProtocol import TBinaryProtocol
 from thrift.transport.TTransport import TMemoryBuffer
 
-from tierlake.server.gateway.results import (build_row_set, columnar_row_set, empty_log_row_set,
-                                    null_bitmap, render_json, render_timestamp,
-                                    row_based_row_set, table_schema)
+from tierlake.server.gateway.results import (
+    build_row_set,
+    columnar_row_set,
+    empty_log_row_set,
+    null_bitmap,
+    render_json,
+    render_timestamp,
+    row_based_row_set,
+    table_schema,
+)
 
 T = ttypes.TTypeId
 V = ttypes.TProtocolVersion
@@ -98,8 +105,8 @@ def test_columnar_row_set_values_placeholders_and_nulls():
 def test_pyhive_decodes_our_columns():
     row_set = thrift_round_trip(columnar_row_set(COLUMNS, ROWS))
     decoded = [_unwrap_column(col, type_name) for col, type_name in
-               zip(row_set.columns, ["STRING_TYPE", "BIGINT_TYPE", "TIMESTAMP_TYPE", "STRING_TYPE"])]
-    assert list(zip(*decoded)) == ROWS
+               zip(row_set.columns, ["STRING_TYPE", "BIGINT_TYPE", "TIMESTAMP_TYPE", "STRING_TYPE"], strict=False)]
+    assert list(zip(*decoded, strict=False)) == ROWS
 
 
 def test_typed_columns_cover_every_simple_type():
@@ -123,7 +130,7 @@ def test_typed_columns_cover_every_simple_type():
     assert cols[10].stringVal.values == ['{"k":1}', ""]  # pre-rendered JSON passes through
     assert all(col.__dict__[attr].nulls == b"\x02" for col, attr in zip(cols, [
         "i32Val", "doubleVal", "boolVal", "i16Val", "byteVal", "doubleVal", "binaryVal",
-        "stringVal", "stringVal", "stringVal", "stringVal"]))
+        "stringVal", "stringVal", "stringVal", "stringVal"], strict=False))
 
 
 def test_empty_columnar_row_set_still_has_one_column_per_field():

@@ -11,8 +11,7 @@ import pytest
 from thrift.transport.TTransport import TTransportException
 
 from tierlake.server.gateway import sasl
-from tierlake.server.gateway.sasl import (BAD, COMPLETE, ERROR, OK, START, SaslError,
-                                 SaslServerTransport, recv_exact)
+from tierlake.server.gateway.sasl import BAD, COMPLETE, ERROR, OK, START, SaslError, SaslServerTransport, recv_exact
 
 
 def frame(status: int, payload: bytes) -> bytes:
@@ -37,7 +36,7 @@ class ServerSide:
     def _run(self):
         try:
             self.user = self.transport.handshake()
-        except Exception as exc:  # recorded for the assertions
+        except Exception as exc:  # noqa: BLE001 - recorded for the assertions
             self.error = exc
 
     def join(self):

@@ -5,12 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import re
 import threading
-
 import time
 
 from tierlake.server.exceptions import OperationCancelledError, SqlSyntaxError, UnknownProcedureError
-from tierlake.server.runtime import operations
 from tierlake.server.gateway.protocol import LocalResult, SessionInfo
+from tierlake.server.runtime import operations
 
 ROWS_COLUMNS = [("name", "string"), ("n", "bigint"), ("ts", "timestamp"), ("nothing", "string")]
 BASE_TS = dt.datetime(2024, 1, 2, 3, 4, 5)
@@ -25,7 +24,7 @@ def toy_ts_text(i: int) -> str:
     """How the gateway (and Spark) render toy_row(i)'s timestamp."""
     ts = toy_row(i)[2]
     text = ts.strftime("%Y-%m-%d %H:%M:%S")
-    return text + (".%06d" % ts.microsecond).rstrip("0") if ts.microsecond else text
+    return text + f".{ts.microsecond:06d}".rstrip("0") if ts.microsecond else text
 
 
 class ToyHandler:

@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from tierlake.server.runtime.session import iceberg_table
 from tests.conftest import running_workers
+from tierlake.server.runtime.session import iceberg_table
 
 
 @pytest.fixture(scope="module")

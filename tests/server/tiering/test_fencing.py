@@ -6,14 +6,14 @@ import threading
 
 import pytest
 
-from tierlake.server.exceptions import FencedEpochError
+from tests.server.tiering.conftest import coordinator_state, lake_summary, wait_status
+from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import parse_table_path
 from tierlake.server.changelog import planner
 from tierlake.server.clients.procedure_client import LocalClient
+from tierlake.server.exceptions import FencedEpochError
 from tierlake.server.tiering.round import run_round
-from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.tiering.worker import Worker
-from tests.server.tiering.conftest import coordinator_state, lake_summary, wait_status
 
 pytestmark = pytest.mark.integration
 

@@ -10,10 +10,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from pyhive import exc
 
-from tierlake.server.runtime.session import iceberg_table
-from tierlake.server.clients.procedure_client import LocalClient
-from tierlake.server.tiering.worker import Worker, persistent_job_id
 from tests.server.tiering.conftest import coordinator_state, lake_summary, make_due, run, stream_position
+from tierlake.server.clients.procedure_client import LocalClient
+from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.tiering.worker import Worker, persistent_job_id
 
 pytestmark = pytest.mark.integration
 
@@ -90,19 +90,27 @@ def test_kv_snapshots_retention_and_leases(server, spark, hive_cursor, db):
     from tierlake.server.kv.leases import Leases, tag_name
 
     _, kv_table = kv_state(spark, table, s1[1])
-    expires_ms = int(next(r for r in Leases(spark).rows() if r["lease_id"] == "reader")["expires_at"].timestamp() * 1000)
+    expires_ms = int(
+        next(r for r in Leases(spark).rows() if r["lease_id"] == "reader")["expires_at"].timestamp() * 1000
+    )
     kv_iceberg = iceberg_table(spark, kv_table)
     max_age = int(kv_iceberg.refs().get(tag_name("reader", s1[1])).maxRefAgeMs())
     assert abs(max_age - (expires_ms - int(kv_iceberg.snapshot(s1[1]).timestampMillis()))) <= 1
     write(hive_cursor, db, "kv", model, [(4, "d", "+I")])
     s3 = kv_snapshot(hive_cursor, table)  # applies kv.snapshot.num-retained = 2
-    rows = run(hive_cursor, "SELECT snapshot_id, leased FROM sys.kv_snapshots WHERE database_name = %(db)s "
-                            "ORDER BY log_position", {"db": db})
+    rows = run(
+        hive_cursor,
+        "SELECT snapshot_id, leased FROM sys.kv_snapshots WHERE database_name = %(db)s ORDER BY log_position",
+        {"db": db},
+    )
     assert rows == [(s1[1], True), (s2[1], False), (s3[1], False)]
     assert expire(hive_cursor, table, 1) == {s1[1]: "leased", s2[1]: "expired", s3[1]: "retained"}
     # The tag holds it against an external expire_snapshots as well.
-    run(hive_cursor, f"CALL spark_catalog.system.expire_snapshots(table => '{kv_table}', "
-                     "older_than => TIMESTAMP '2100-01-01 00:00:00', retain_last => 1)")
+    run(
+        hive_cursor,
+        f"CALL spark_catalog.system.expire_snapshots(table => '{kv_table}', "
+        "older_than => TIMESTAMP '2100-01-01 00:00:00', retain_last => 1)",
+    )
     assert kv_state(spark, table, s1[1])[0] == {1: "a", 2: "b"}
 
     # Acquiring an expired snapshot says so.
@@ -135,8 +143,11 @@ def test_kv_snapshots_retention_and_leases(server, spark, hive_cursor, db):
     renewed = run(hive_cursor, f"CALL sys.acquire_lease('renewed', '{table}', map(1, {s5[1]}L), '1 h')")
     assert renewed[0][4] > first[0][4]
     time.sleep(1.5)  # past the first acquire's expiry
-    rows = run(hive_cursor, "SELECT bucket, snapshot_id, state, expires_at FROM sys.kv_snapshot_leases "
-                            "WHERE lease_id = 'renewed' ORDER BY bucket")
+    rows = run(
+        hive_cursor,
+        "SELECT bucket, snapshot_id, state, expires_at FROM sys.kv_snapshot_leases "
+        "WHERE lease_id = 'renewed' ORDER BY bucket",
+    )
     assert [r[:3] for r in rows] == [(0, s4[1], "active"), (1, s5[1], "active")] and rows[0][3] == rows[1][3]
     assert expire(hive_cursor, table, 1) == {s4[1]: "leased", s5[1]: "retained"}
     assert [r[1] for r in run(hive_cursor, "CALL sys.drop_lease('renewed')")] == [0, 1]
@@ -212,8 +223,13 @@ def assign(client, job, path, timeout=60):
             if kind == "assigned":
                 if assigned_path == path:
                     return table_id, epoch
-                client.call("heartbeat", job_id=job, failed_tables=[{"table_id": table_id, "tiering_epoch": epoch,
-                                                                      "error_message": "not this test's table"}])
+                client.call(
+                    "heartbeat",
+                    job_id=job,
+                    failed_tables=[
+                        {"table_id": table_id, "tiering_epoch": epoch, "error_message": "not this test's table"}
+                    ],
+                )
         time.sleep(0.3)
     raise AssertionError(f"{path} was not assigned to {job}")
 
@@ -277,8 +293,10 @@ def test_a_leased_snapshot_survives_expiry_while_a_rebuild_reads_it(server, spar
     thread.start()
     assert worker.hook.reached.wait(120)
     try:
-        assert leases(hive_cursor, db, "race") == [("job-kv-race", 0, snap[1], "active"),
-                                                  ("job-kv-race", 1, snap[1], "active")]
+        assert leases(hive_cursor, db, "race") == [
+            ("job-kv-race", 0, snap[1], "active"),
+            ("job-kv-race", 1, snap[1], "active"),
+        ]
         later = dict(model)
         write(hive_cursor, db, "race", later, [(5, "e", "+I")])
         newer = kv_snapshot(hive_cursor, path)
@@ -304,8 +322,9 @@ class Crash(BaseException):
     """Stands for SIGKILL: no except clause of the worker runs."""
 
 
-def test_a_rebuilt_lake_equals_the_stream_and_a_restarted_job_reuses_its_lease(server, spark, hive_cursor, db,
-                                                                               tmp_path):
+def test_a_rebuilt_lake_equals_the_stream_and_a_restarted_job_reuses_its_lease(
+    server, spark, hive_cursor, db, tmp_path
+):
     client = LocalClient(server)
     job_id = persistent_job_id(tmp_path, "worker-0")
     first = Worker(spark, client, job_id, server.config)
@@ -324,8 +343,12 @@ def test_a_rebuilt_lake_equals_the_stream_and_a_restarted_job_reuses_its_lease(s
     restarted = Worker(spark, client, persistent_job_id(tmp_path, "worker-0"), server.config)
     assert restarted.job_id == job_id
     seen = []
-    restarted.hook = lambda name: name == "after-plan" and seen.append(
-        {r["lease_id"] for r in spark.table("sys.kv_snapshot_leases").where("table_name = 'rebuilt'").collect()})
+    restarted.hook = lambda name: (
+        name == "after-plan"
+        and seen.append(
+            {r["lease_id"] for r in spark.table("sys.kv_snapshot_leases").where("table_name = 'rebuilt'").collect()}
+        )
+    )
     restarted.start()
     try:
         # Its table times out of the crashed round and comes back to the same job.

@@ -9,8 +9,8 @@ import time
 import pytest
 from pyhive import exc
 
-from tierlake.server.runtime.session import iceberg_table
 from tests.server.tiering.conftest import coordinator_state, run, stream_position, wait_status, wait_tiered
+from tierlake.server.runtime.session import iceberg_table
 
 pytestmark = pytest.mark.integration
 
@@ -128,16 +128,23 @@ def test_expectation_and_property_errors_are_clear(server, hive_cursor, db):
     assert "bad arguments for expect_column_values_to_be_between" in message
     assert "max_valu: extra fields not permitted" in message and "min_value" in message
     assert "has no column 'nope'" in error_of(
-        hive_cursor, f"CALL sys.add_expectation('{table}', 'expect_column_values_to_not_be_null', map('column', 'nope'))")
+        hive_cursor,
+        f"CALL sys.add_expectation('{table}', 'expect_column_values_to_not_be_null', map('column', 'nope'))",
+    )
     assert "not valid JSON" in error_of(
-        hive_cursor, f"CALL sys.add_expectation('{table}', 'expect_column_values_to_not_be_null', '{{column')")
+        hive_cursor, f"CALL sys.add_expectation('{table}', 'expect_column_values_to_not_be_null', '{{column')"
+    )
     assert "has no expectation expect_column_values_to_not_be_null" in error_of(
-        hive_cursor, f"CALL sys.drop_expectation('{table}', 'expect_column_values_to_not_be_null')")
+        hive_cursor, f"CALL sys.drop_expectation('{table}', 'expect_column_values_to_not_be_null')"
+    )
     assert "'table.datalake.quality' must be one of off, warn, block; got 'strict'" in error_of(
-        hive_cursor, f"ALTER TABLE {table} SET TBLPROPERTIES ('table.datalake.quality'='strict')")
+        hive_cursor, f"ALTER TABLE {table} SET TBLPROPERTIES ('table.datalake.quality'='strict')"
+    )
     assert "'table.datalake.quality' must be one of" in error_of(
-        hive_cursor, f"CREATE TABLE {db}.bad (id BIGINT) TBLPROPERTIES ('table.datalake.enabled'='true', "
-                     "'table.datalake.quality'='yes')")
+        hive_cursor,
+        f"CREATE TABLE {db}.bad (id BIGINT) TBLPROPERTIES ('table.datalake.enabled'='true', "
+        "'table.datalake.quality'='yes')",
+    )
     run(hive_cursor, f"ALTER TABLE {table} SET TBLPROPERTIES ('table.datalake.quality'='warn')")
     assert coordinator_state(server, table).properties["table.datalake.quality"] == "warn"
 
@@ -163,8 +170,11 @@ def hold_failed(server, table):
 def test_block_mode_publishes_only_data_that_passes(server, workers, hive_cursor, db, spark):
     table, lake = f"{db}.pay", f"{db}_lake.pay"
     create(hive_cursor, table, "id BIGINT, amount DOUBLE", **{"primary-key": "id", "table.datalake.quality": "block"})
-    run(hive_cursor, f"CALL sys.add_expectation('{table}', 'expect_column_values_to_be_between', "
-                     "'{\"column\": \"amount\", \"min_value\": 0, \"max_value\": 100}')")
+    run(
+        hive_cursor,
+        f"CALL sys.add_expectation('{table}', 'expect_column_values_to_be_between', "
+        '\'{"column": "amount", "min_value": 0, "max_value": 100}\')',
+    )
     run(hive_cursor, f"INSERT INTO {table} (id, amount, _change_type) VALUES (1, 10.0, '+I'), (2, 20.0, '+I')")
     tier_now(server, table)
     published = iceberg_table(spark, lake).currentSnapshot().snapshotId()
@@ -177,8 +187,11 @@ def test_block_mode_publishes_only_data_that_passes(server, workers, hive_cursor
     assert iceberg_table(spark, lake).currentSnapshot().snapshotId() == published
     assert run(hive_cursor, f"SELECT id, amount FROM {lake} ORDER BY id") == [(1, 10.0), (2, 20.0)]
     assert not [r for r in iceberg_table(spark, lake).refs().keySet() if str(r).startswith("tierlake_")]
-    runs = run(hive_cursor, "SELECT run_trigger, success FROM sys.quality_results WHERE database_name = %(db)s "
-                            "AND source = 'user'", {"db": db})
+    runs = run(
+        hive_cursor,
+        "SELECT run_trigger, success FROM sys.quality_results WHERE database_name = %(db)s AND source = 'user'",
+        {"db": db},
+    )
     assert ("block", True) in runs and ("block", False) in runs
     assert coordinator_state(server, table).status.value == "Failed"
 
@@ -193,14 +206,21 @@ def test_block_mode_publishes_only_data_that_passes(server, workers, hive_cursor
 def test_warn_mode_records_every_round_without_blocking(server, workers, hive_cursor, db):
     table = f"{db}.w"
     create(hive_cursor, table, "id BIGINT, amount DOUBLE", **{"table.datalake.quality": "warn"})
-    run(hive_cursor, f"CALL sys.add_expectation('{table}', 'expect_column_values_to_be_between', "
-                     "map('column', 'amount', 'max_value', 100))")
+    run(
+        hive_cursor,
+        f"CALL sys.add_expectation('{table}', 'expect_column_values_to_be_between', "
+        "map('column', 'amount', 'max_value', 100))",
+    )
     for batch in range(2):
         run(hive_cursor, f"INSERT INTO {table} VALUES ({batch}, {batch * 1000.0})")
         tier_now(server, table)
     assert sorted(run(hive_cursor, f"SELECT id FROM {db}_lake.w")) == [(0,), (1,)]  # the bad row is published
-    rows = run(hive_cursor, "SELECT run_id, run_trigger, tiered_position, source, success FROM sys.quality_results "
-                            "WHERE database_name = %(db)s ORDER BY run_time", {"db": db})
+    rows = run(
+        hive_cursor,
+        "SELECT run_id, run_trigger, tiered_position, source, success FROM sys.quality_results "
+        "WHERE database_name = %(db)s ORDER BY run_time",
+        {"db": db},
+    )
     runs = {}
     for run_id, trigger, position, source, success in rows:
         assert trigger == "warn"

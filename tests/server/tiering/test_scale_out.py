@@ -13,8 +13,7 @@ import uuid
 import pytest
 from pyhive import hive
 
-from tests.conftest import (free_port, service_ready, start_server_process, start_service_process,
-                            stop_process)
+from tests.conftest import free_port, service_ready, start_server_process, start_service_process, stop_process
 
 pytestmark = pytest.mark.integration
 
@@ -114,16 +113,21 @@ def test_two_tiering_services_on_postgres_tier_exactly_once_through_a_sigkill_an
         rounds = cur.fetchall()
         finished_by = {job for _, job, outcome, _, _ in rounds if outcome == "finished"}
         assert finished_by == {survivor_job, victim_job}, "tables were not spread over both jobs"
-        timed_out = [(t, at, err) for t, job, outcome, at, err in rounds if outcome == "timed_out" and job == victim_job]
+        timed_out = [
+            (t, at, err) for t, job, outcome, at, err in rounds if outcome == "timed_out" and job == victim_job
+        ]
         assert timed_out, f"no round of the killed job timed out {context}: {rounds}"
         table, at, error = timed_out[0]
         assert f"tiering job {victim_job} sent no heartbeat" in error
-        assert any(t == table and job == survivor_job and outcome == "finished" and later > at
-                   for t, job, outcome, later, _ in rounds), f"{table} did not move to the live job: {rounds}"
+        assert any(
+            t == table and job == survivor_job and outcome == "finished" and later > at
+            for t, job, outcome, later, _ in rounds
+        ), f"{table} did not move to the live job: {rounds}"
 
         def settled():
-            cur.execute("SELECT table_name, status, last_error FROM sys.lake_tiering_status "
-                        "WHERE database_name = 'scale'")
+            cur.execute(
+                "SELECT table_name, status, last_error FROM sys.lake_tiering_status WHERE database_name = 'scale'"
+            )
             statuses = cur.fetchall()
             return len(statuses) == TABLES and all(s[1] != "Failed" for s in statuses)
 
@@ -136,8 +140,11 @@ def test_two_tiering_services_on_postgres_tier_exactly_once_through_a_sigkill_an
 
         def victim_tiered_again():
             wave()
-            cur.execute("SELECT count(*) FROM sys.tiering_rounds WHERE job_id = %(job)s AND outcome = 'finished' "
-                        "AND unix_timestamp(ended_at) > %(at)s", {"job": victim_job, "at": int(restarted_at)})
+            cur.execute(
+                "SELECT count(*) FROM sys.tiering_rounds WHERE job_id = %(job)s AND outcome = 'finished' "
+                "AND unix_timestamp(ended_at) > %(at)s",
+                {"job": victim_job, "at": int(restarted_at)},
+            )
             return cur.fetchall()[0][0] > 0
 
         wait_for(victim_tiered_again, 180, "a round by the restarted job")
@@ -156,10 +163,18 @@ def test_server_and_tiering_service_on_a_standalone_cluster(postgres, tmp_path):
 
     cluster = LocalStandalone(cores=2, memory="2g").start()
     # One core and a small executor per app, so both fit on the 2-core worker.
-    conf = COMMON + metastore_conf(postgres) + [
-        f"tierlake.master={cluster.url}", "spark.driver.host=127.0.0.1", "spark.driver.bindAddress=127.0.0.1",
-        "spark.cores.max=1", "spark.executor.cores=1", "spark.executor.memory=512m",
-    ]
+    conf = (
+        COMMON
+        + metastore_conf(postgres)
+        + [
+            f"tierlake.master={cluster.url}",
+            "spark.driver.host=127.0.0.1",
+            "spark.driver.bindAddress=127.0.0.1",
+            "spark.cores.max=1",
+            "spark.executor.cores=1",
+            "spark.executor.memory=512m",
+        ]
+    )
     port = free_port()
     server = service = None
     try:

@@ -7,11 +7,11 @@ import logging
 
 import pytest
 
-from tierlake.server.exceptions import InvalidArgumentError, UnknownProcedureError, UnsupportedFeatureError
+from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.changelog.planner import Plan, StreamCommit
+from tierlake.server.exceptions import InvalidArgumentError, UnknownProcedureError, UnsupportedFeatureError
 from tierlake.server.tiering.snapshot_split import JobLeases, SnapshotSplit
-from tierlake.server.catalog.spec import TieredSpec
 
 SPLIT = SnapshotSplit("sys.kv_t_1", snapshot_id=77, log_position=5, stream_snapshot_id=500, buckets=3)
 
@@ -26,7 +26,11 @@ def test_the_snapshot_split_is_read_first_then_the_log_from_its_position():
     plan.snapshot_split = SPLIT
     chunks = plan.chunks(max_rows=1)
     assert not plan.empty
-    assert [(c.snapshot, c.start_position, c.end_position) for c in chunks] == [(SPLIT, 5, 5), (None, 5, 6), (None, 6, 7)]
+    assert [(c.snapshot, c.start_position, c.end_position) for c in chunks] == [
+        (SPLIT, 5, 5),
+        (None, 5, 6),
+        (None, 6, 7),
+    ]
     assert chunks[0].end_snapshot_id == 500 and chunks[1].start_snapshot_id == 500
     only_split = Plan(plan.stream, plan.lake, plan.spec, 5, None, 5, [], 500)
     only_split.snapshot_split = SPLIT
@@ -44,12 +48,15 @@ class FakeClient:
         return self.rows or []
 
 
-@pytest.mark.parametrize("error", [
-    UnsupportedFeatureError("KV snapshot leases are unsupported by this server: ..."),
-    UnknownProcedureError("unknown procedure sys.acquire_lease; SELECT * FROM sys.procedures lists them"),
-    # Over JDBC the error is PyHive's, with the server's SQLSTATE in its text.
-    RuntimeError("OperationalError(TExecuteStatementResp(status=TStatus(statusCode=3, sqlState='0A000', ...)))"),
-])
+@pytest.mark.parametrize(
+    "error",
+    [
+        UnsupportedFeatureError("KV snapshot leases are unsupported by this server: ..."),
+        UnknownProcedureError("unknown procedure sys.acquire_lease; SELECT * FROM sys.procedures lists them"),
+        # Over JDBC the error is PyHive's, with the server's SQLSTATE in its text.
+        RuntimeError("OperationalError(TExecuteStatementResp(status=TStatus(statusCode=3, sqlState='0A000', ...)))"),
+    ],
+)
 def test_an_old_server_is_a_warning_and_the_round_goes_on(error, caplog):
     client = FakeClient(error)
     leases = JobLeases(client, "job-1")
