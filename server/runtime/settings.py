@@ -111,7 +111,7 @@ SETTINGS: tuple[Setting, ...] = (
     _s("tierlake.master", "local[*]", "str", "Spark master (`--master`)"),
     _s("tierlake.thrift.internal-port", "0", "int", "port of the internal Spark Thrift Server, on 127.0.0.1",
        minimum=0, default_doc="`0` (free port)"),
-    _s("tierlake.extensions", "", "list", "comma-separated modules to import at start (user procedures)"),
+    _s("tierlake.extensions", "", "list", "comma-separated modules to import at start (user procedures and UDFs)"),
     _s("tierlake.lake.database-suffix", "_lake", "str", "lake tables live in `<db><suffix>`"),
     _s("tierlake.tiering.heartbeat-timeout", "2 min", "duration",
        "a job silent this long loses its tables (`Failed` → `Pending`)"),
