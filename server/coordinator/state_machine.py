@@ -217,7 +217,9 @@ def _round(state: TableState, now: datetime, outcome: str, error: str | None = N
     return Round(
         table_id=state.table_id, database_name=state.database_name, table_name=state.table_name,
         tiering_epoch=state.tiering_epoch, job_id=state.job_id, started_at=state.round_started,
-        ended_at=now, start_position=state.tiered_position,
+        # Where the round started: the tiered position before it, 0 (the
+        # stream's start) when the table has never been tiered.
+        ended_at=now, start_position=state.tiered_position if state.tiered_position is not None else 0,
         end_position=(entry.tiered_position if entry and entry.tiered_position is not None else state.tiered_position),
         rows=entry.rows if entry else None, bytes=entry.bytes if entry else None,
         files=entry.files if entry else None, outcome=outcome, error=error,

@@ -21,7 +21,7 @@ from pathlib import Path
 log = logging.getLogger("tierlake.faults")
 
 POINTS = ("after-plan", "during-write", "after-lake-commit", "before-commit",
-          "ctas-after-begin", "ctas-after-write", "ctas-during-commit")
+          "ctas-after-begin", "ctas-after-write", "ctas-during-commit", "ctas-after-rename")
 
 
 def _die() -> None:

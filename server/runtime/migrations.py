@@ -4,6 +4,8 @@
 a migration is recorded in ``sys.schema_version`` after all its statements
 succeeded. Every statement is written to be idempotent (``IF NOT EXISTS``),
 so a crash between a statement and the record only repeats harmless work.
+Spark 3.5 has no ``ADD COLUMNS IF NOT EXISTS``: an ``ALTER TABLE … ADD
+COLUMNS`` that fails because its columns exist already (a re-run) counts as done.
 Views (``sql/views/*.sql``) are plain ``CREATE OR REPLACE VIEW`` and run at
 every start, so a new release's view definitions always win.
 """
@@ -26,6 +28,7 @@ VIEWS_DIR = "views"
 Q_RECORD_MIGRATION = "queries/record_migration.sql"
 Q_APPLIED_MIGRATIONS = "queries/applied_migrations.sql"
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+_ADD_COLUMNS = re.compile(r"^\s*ALTER\s+TABLE\s+\S+\s+ADD\s+COLUMNS?\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,9 @@ def migrate(spark: Any) -> list[int]:
             try:
                 spark.sql(statement)
             except Exception as e:
+                if already_added(statement, e):
+                    log.info("migration %s: the columns exist already (a re-run)", migration.name)
+                    continue
                 raise MigrationError(f"migration {migration.name} failed: {e}") from e
         spark.sql(
             sql.read(Q_RECORD_MIGRATION),
@@ -92,6 +98,16 @@ def migrate(spark: Any) -> list[int]:
         )
         ran.append(migration.version)
     return ran
+
+
+def already_added(statement: str, error: Exception) -> bool:
+    """``statement`` adds columns and ``error`` says they exist: an ADD COLUMNS
+    that ran before the crash that kept its migration from being recorded."""
+    body = "\n".join(line for line in statement.splitlines() if not line.lstrip().startswith("--"))
+    # FIELDS_ALREADY_EXISTS from Spark's v2 analysis (Iceberg tables);
+    # COLUMN_ALREADY_EXISTS if a v1 command ever handles it.
+    return bool(_ADD_COLUMNS.match(body)) and any(
+        marker in str(error) for marker in ("FIELDS_ALREADY_EXISTS", "COLUMN_ALREADY_EXISTS"))
 
 
 def create_views(spark: Any) -> list[str]:

@@ -10,9 +10,13 @@ the stream position it covers); ``commit`` renames both into place and
 registers the table with the coordinator; ``abort`` drops whatever exists,
 deletes both locations and marks the journal.
 
-The coordinator registration is the commit point. A statement killed before
-it is rolled back by :func:`recover` at the next start; one killed after it
-is complete, and the journal row is only brought up to date.
+The journal records the phase a statement reached (``staged``, ``written``
+with the stream position the staged lake covers, ``renamed``) before each
+step that follows it. Once the stream table is renamed into place users can
+see it, so that is the commit point: :func:`recover` at the next start
+finishes a statement killed after it (renames the lake table if the crash
+came between the two renames, registers the table at the journaled
+position, marks the row ``recovered``) and rolls back one killed before it.
 
 :func:`create_table_as` drives the phases from the statement's outcome, as
 FLIP-305's job-status hook does: success commits; a failed query, a lost
@@ -61,6 +65,8 @@ RESULT_COLUMNS = [("table_id", "bigint"), ("table_path", "string"), ("lake_table
                   ("status", "string"), ("rows", "bigint")]
 
 RUNNING, COMMITTED, ABORTED, ROLLED_BACK, RECOVERED = "running", "committed", "aborted", "rolled_back", "recovered"
+# Phases of a running statement, each journaled before the step that follows it.
+STAGED, WRITTEN, RENAMED = "staged", "written", "renamed"
 
 # Commit phases of one process run one at a time: the existence checks and
 # renames of two statements for the same name must not interleave.
@@ -84,6 +90,21 @@ class Journal:
             keep = {id(r) for r in finished[:KEEP_FINISHED]}
             rows[:] = [r for r in rows if r["state"] == RUNNING or id(r) in keep] + [row]
             return None, True
+
+        self.table.update(change)
+
+    def advance(self, ctas_id: str, phase: str, tiered_position: int | None = None) -> None:
+        """The statement reached ``phase`` (``tiered_position``: the stream
+        position its staged lake table covers, kept once known)."""
+
+        def change(rows):
+            for r in rows:
+                if r["ctas_id"] == ctas_id:
+                    r.update(phase=phase)
+                    if tiered_position is not None:
+                        r.update(tiered_position=tiered_position)
+                    return None, True
+            return None, False
 
         self.table.update(change)
 
@@ -145,6 +166,18 @@ def _delete_location(spark: Any, location: str) -> None:
 
 def _database_empty(spark: Any, database: str) -> bool:
     return spark.catalog.databaseExists(database) and not spark.catalog.listTables(database)
+
+
+def _rename(spark: Any, source: TablePath, target: TablePath) -> bool:
+    """Rename ``source`` to ``target``; False when ``target`` exists already."""
+    try:
+        spark.sql(sql.render(T_RENAME, source=[source.database, source.table],
+                             target=[target.database, target.table]))
+        return True
+    except Exception as e:
+        if "ALREADY_EXISTS" in str(e) or "already exists" in str(e):
+            return False
+        raise
 
 
 def _paths(row: dict[str, Any]) -> tuple[TablePath, TablePath, TablePath, TablePath]:
@@ -215,7 +248,7 @@ class TwoPhaseCreate:
             stream_location=_table_location(self.spark, self.target.database, self.target.table, self.ctas_id),
             lake_location=_table_location(self.spark, self.lake.database, self.lake.table, self.ctas_id),
             created_database=created_database, state=RUNNING, user_name=self.ctx.user,
-            started_at=_now(), finished_at=None, detail=None,
+            started_at=_now(), finished_at=None, detail=None, phase=STAGED, tiered_position=None,
         )
         self.journal.add(self.row)
         if created_database:
@@ -246,6 +279,8 @@ class TwoPhaseCreate:
         result = run_round(self.spark, plan, table_id=0, epoch=0, job_id=f"ctas-{self.ctas_id}", check_epoch=check,
                            max_duration_s=float("inf"), chunk_rows=1 << 62)
         self.position = result.end_position
+        # Before anything is renamed: recovery registers at this position.
+        self.journal.advance(self.ctas_id, WRITTEN, tiered_position=self.position)
 
     def commit(self) -> Any:
         """Rename both tables into place and register; returns the coordinator state.
@@ -257,11 +292,13 @@ class TwoPhaseCreate:
             taken = self.exists()
             if taken is not None:
                 raise TableExistsError(f"table {taken} already exists")
-            renamed = self._rename(self.staged_stream, self.target)
+            renamed = _rename(self.spark, self.staged_stream, self.target)
             faults.point("ctas-during-commit")
-            renamed = renamed and self._rename(self.staged_lake, self.lake)
+            renamed = renamed and _rename(self.spark, self.staged_lake, self.lake)
             if not renamed:
                 raise TableExistsError(f"table {self.exists() or self.target} was created concurrently")
+            self.journal.advance(self.ctas_id, RENAMED)
+            faults.point("ctas-after-rename")
             state, _ = register_table(self.ctx, self.target, self.lake, Status.NEW, tiered_position=self.position)
         try:
             self.journal.finish(self.ctas_id, COMMITTED)
@@ -270,16 +307,6 @@ class TwoPhaseCreate:
         log.info("CTAS %s committed: %s (%d rows, position %d), lake table %s, table id %d", self.ctas_id,
                  self.target, self.rows, self.position, self.lake, state.table_id)
         return state
-
-    def _rename(self, source: TablePath, target: TablePath) -> bool:
-        try:
-            self.spark.sql(sql.render(T_RENAME, source=[source.database, source.table],
-                                      target=[target.database, target.table]))
-            return True
-        except Exception as e:
-            if "ALREADY_EXISTS" in str(e) or "already exists" in str(e):
-                return False
-            raise
 
     def abort(self, reason: str) -> None:
         if self.row is None:
@@ -391,10 +418,18 @@ class StatementHook:
 
 
 def recover(ctx: Any) -> list[dict[str, Any]]:
-    """At server start: roll back every statement the journal says is unfinished.
+    """At server start: end every statement the journal says is unfinished.
 
-    One whose coordinator registration exists had passed its commit point; it
-    is kept and its journal row completed (``recovered``).
+    - registered already (killed after the registration, before the journal
+      row was completed): kept, ``recovered``;
+    - phase ``renamed``, or ``written`` with the stream table already in
+      place (killed between the two renames): users could see the stream
+      table, so the statement is finished, not rolled back: the lake table is
+      renamed into place if it is still staged, the table is registered at
+      the journaled position, ``recovered``;
+    - anything earlier (``staged``, ``written`` with nothing renamed), or a
+      commit that cannot be finished (the lake name was taken meanwhile):
+      rolled back, ``rolled_back``.
     """
 
     spark = ctx.spark
@@ -410,6 +445,14 @@ def recover(ctx: Any) -> list[dict[str, Any]]:
             log.warning("CTAS %s of %s was interrupted after its commit point; it is complete", row["ctas_id"], stream)
             outcomes.append(dict(row, state=RECOVERED))
             continue
+        if registered is None and _finish_commit(ctx, row):
+            detail = (f"the server stopped after the tables were renamed into place (phase {row.get('phase')}); "
+                      f"registered at start at position {row['tiered_position']}")
+            journal.finish(row["ctas_id"], RECOVERED, detail)
+            log.warning("CTAS %s of %s was interrupted after its commit point (phase %s); finished: registered "
+                        "at position %s", row["ctas_id"], stream, row.get("phase"), row["tiered_position"])
+            outcomes.append(dict(row, state=RECOVERED))
+            continue
         dropped = remove_everything(spark, row)
         detail = "the server stopped before the statement committed; rolled back at start"
         journal.finish(row["ctas_id"], ROLLED_BACK, detail)
@@ -417,3 +460,22 @@ def recover(ctx: Any) -> list[dict[str, Any]]:
                     row["started_at"], row["user_name"], dropped or "nothing")
         outcomes.append(dict(row, state=ROLLED_BACK))
     return outcomes
+
+
+def _finish_commit(ctx: Any, row: dict[str, Any]) -> bool:
+    """Finish a commit that passed its commit point (the stream table renamed
+    into place): rename the lake table if it is still staged, then register.
+    False when the statement had not reached it, or cannot be finished."""
+    spark = ctx.spark
+    stream, lake, _, staged_lake = _paths(row)
+    if (row.get("phase") not in (WRITTEN, RENAMED) or row.get("tiered_position") is None
+            or not _owned(spark, stream, row["stream_location"])):
+        return False
+    if not _owned(spark, lake, row["lake_location"]):
+        # Killed between the two renames: the lake table is still staged.
+        if not _owned(spark, staged_lake, row["lake_location"]) or not _rename(spark, staged_lake, lake):
+            log.warning("CTAS %s of %s: the lake table %s cannot be put in place; rolling back", row["ctas_id"],
+                        stream, lake)
+            return False
+    register_table(ctx, stream, lake, Status.NEW, tiered_position=int(row["tiered_position"]))
+    return True

@@ -20,6 +20,7 @@ from TCLIService import ttypes
 
 from tierlake.server.exceptions import InvalidArgumentError, OperationCancelledError, SqlSyntaxError, TableExistsError
 from tierlake.server.runtime.operations import OperationControl
+from tierlake.server.tiering import ctas
 from tierlake.server.tiering.ctas import StatementHook, _label, _location_key, check_query
 
 # -- unit (no JVM) -------------------------------------------------------------
@@ -116,6 +117,90 @@ def test_hook_with_if_not_exists_loses_a_race_quietly():
     assert create.calls[-1] == "abort: IF NOT EXISTS: the table was created concurrently"
     with pytest.raises(TableExistsError):
         StatementHook(FakeCreate(fail_in="commit")).run([], None)
+
+
+class FakeCatalog:
+    """Tables by name → location, and what recovery did to them."""
+
+    def __init__(self, tables: dict[str, str], taken: set[str] = frozenset()):
+        self.tables, self.taken, self.registered, self.removed = dict(tables), set(taken), [], []
+
+    def owned(self, spark, name, location):
+        return self.tables.get(str(name)) == location
+
+    def rename(self, spark, source, target):
+        if str(target) in self.tables or str(target) in self.taken:
+            return False
+        self.tables[str(target)] = self.tables.pop(str(source))
+        return True
+
+    def register(self, ctx, path, lake, initial, tiered_position=None):
+        self.registered.append((str(path), str(lake), tiered_position))
+        return None, True
+
+    def remove(self, spark, row):
+        self.removed = sorted(n for n, loc in self.tables.items() if loc in (row["stream_location"],
+                                                                            row["lake_location"]))
+        for name in self.removed:
+            del self.tables[name]
+        return self.removed
+
+
+class FakeJournal:
+    def __init__(self, rows):
+        self.rows, self.finished = rows, {}
+
+    def unfinished(self):
+        return self.rows
+
+    def finish(self, ctas_id, state, detail=None):
+        self.finished[ctas_id] = (state, detail)
+
+
+class FakeCoordinator:
+    def load(self):
+        return None, {}
+
+
+def journal_row(phase, position=500):
+    return dict(ctas_id="c1", database_name="crash", table_name="t", lake_database="crash_lake", lake_table="t",
+                staged_stream="sys.ctas_c1_stream", staged_lake="sys.ctas_c1_lake", stream_location="/w/s",
+                lake_location="/w/l", created_database=None, state="running", user_name="u", started_at=None,
+                phase=phase, tiered_position=position)
+
+
+STAGED = {"sys.ctas_c1_stream": "/w/s", "sys.ctas_c1_lake": "/w/l"}
+BETWEEN = {"crash.t": "/w/s", "sys.ctas_c1_lake": "/w/l"}
+RENAMED = {"crash.t": "/w/s", "crash_lake.t": "/w/l"}
+
+
+@pytest.mark.parametrize("phase,tables,taken,outcome", [
+    (None, STAGED, (), "rolled_back"),          # a journal row from before phases existed
+    ("staged", STAGED, (), "rolled_back"),
+    ("written", STAGED, (), "rolled_back"),     # nothing renamed yet: nobody saw anything
+    ("written", BETWEEN, (), "recovered"),      # between the renames: the stream table was visible
+    ("renamed", RENAMED, (), "recovered"),
+    ("written", BETWEEN, {"crash_lake.t"}, "rolled_back"),  # the lake name was taken meanwhile
+])
+def test_recovery_finishes_a_statement_past_its_first_rename_and_rolls_back_the_rest(
+        monkeypatch, phase, tables, taken, outcome):
+    catalog, journal = FakeCatalog(tables, taken), FakeJournal([journal_row(phase)])
+    monkeypatch.setattr(ctas, "Journal", lambda spark: journal)
+    monkeypatch.setattr(ctas, "coordinator", lambda ctx: FakeCoordinator())
+    monkeypatch.setattr(ctas, "_owned", catalog.owned)
+    monkeypatch.setattr(ctas, "_rename", catalog.rename)
+    monkeypatch.setattr(ctas, "register_table", catalog.register)
+    monkeypatch.setattr(ctas, "remove_everything", catalog.remove)
+
+    (result,) = ctas.recover(type("Ctx", (), {"spark": None})())
+    assert result["state"] == journal.finished["c1"][0] == outcome
+    if outcome == "recovered":
+        assert catalog.tables == RENAMED and catalog.removed == []
+        assert catalog.registered == [("crash.t", "crash_lake.t", 500)]
+        assert "registered at start at position 500" in journal.finished["c1"][1]
+    else:
+        assert catalog.tables == {} and catalog.registered == []
+        assert "rolled back at start" in journal.finished["c1"][1]
 
 
 # -- integration ------------------------------------------------------------------

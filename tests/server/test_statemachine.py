@@ -85,12 +85,39 @@ def test_full_cycle_through_heartbeats():
     assert states[1].last_tiered_time == done and states[1].tiered_position == 7
     (rnd,) = out.rounds
     assert (rnd.outcome, rnd.rows, rnd.start_position, rnd.end_position, rnd.duration_ms) == (
-        "finished", 5, None, 7, 10_000)
+        "finished", 5, 0, 7, 10_000)
     # Not due before the freshness (1 min default) has passed since the round finished.
     out = sm.heartbeat(states, "job-1", [], [], [], True, done + timedelta(seconds=59), POLICY)
     assert out.answers == [] and states[1].status is Status.SCHEDULED
     out = sm.heartbeat(states, "job-1", [], [], [], True, done + timedelta(seconds=60), POLICY)
     assert out.answers[0].kind == "assigned" and out.answers[0].tiering_epoch == 2
+
+
+def test_start_position_is_where_the_round_started():
+    states = {1: table(), 2: table(2, tiered_position=40)}
+    for state in states.values():
+        sm.register(state, Status.NEW, T0)
+    positions = {}
+    for at in range(4):  # first rounds, then second rounds of both tables
+        now = T0 + timedelta(minutes=2 * at)
+        out = sm.heartbeat(states, "job-1", [], [], [], True, now, POLICY)
+        (assigned,) = [a for a in out.answers if a.kind == "assigned"]
+        tid, epoch = assigned.table_id, assigned.tiering_epoch
+        end = (states[tid].tiered_position or 0) + 10
+        out = sm.heartbeat(states, "job-1", [], [FinishedEntry(tid, epoch, rows=3, tiered_position=end)], [], False,
+                           now + timedelta(seconds=1), POLICY)
+        (rnd,) = out.rounds
+        positions.setdefault(tid, []).append((rnd.start_position, rnd.end_position))
+    # A table's first round starts at 0 (never NULL); one registered with a
+    # tiered position (an atomic CTAS) starts there; later rounds where the
+    # previous one ended.
+    assert positions == {1: [(0, 10), (10, 20)], 2: [(40, 50), (50, 60)]}
+    # A failed first round, too.
+    fresh = {3: table(3)}
+    sm.register(fresh[3], Status.NEW, T0)
+    sm.heartbeat(fresh, "job-1", [], [], [], True, T0, POLICY)
+    out = sm.heartbeat(fresh, "job-1", [], [], [FailedEntry(3, 1, "boom")], False, T0, POLICY)
+    assert (out.rounds[0].outcome, out.rounds[0].start_position) == ("failed", 0)
 
 
 def test_freshness_comes_from_the_table_property():

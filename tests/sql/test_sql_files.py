@@ -32,6 +32,18 @@ def test_migrations_are_numbered_and_parse():
             assert not isinstance(tree, (exp.Drop, exp.TruncateTable, exp.Delete)), statement
             if isinstance(tree, exp.Create):
                 assert tree.args.get("exists"), f"CREATE without IF NOT EXISTS: {statement}"
+            if isinstance(tree, exp.Alter):
+                # Only ADD COLUMNS, which the runner re-runs harmlessly.
+                assert migrations.already_added(statement, Exception("[FIELDS_ALREADY_EXISTS] …")), statement
+
+
+def test_a_rerun_add_columns_counts_as_done_and_nothing_else_does():
+    add = "-- why\nALTER TABLE sys.t ADD COLUMNS (\n  phase STRING COMMENT 'x'\n)"
+    exists = Exception("[FIELDS_ALREADY_EXISTS] Cannot add column, because `phase` already exists in struct<...>.")
+    assert migrations.already_added(add, exists)
+    assert not migrations.already_added(add, Exception("[TABLE_OR_VIEW_NOT_FOUND] sys.t"))
+    assert not migrations.already_added("CREATE TABLE IF NOT EXISTS sys.t (a INT)", exists)
+    assert not migrations.already_added("ALTER TABLE sys.t DROP COLUMN phase", exists)
 
 
 def test_status_view_has_exactly_the_seed_columns():

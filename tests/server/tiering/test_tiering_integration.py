@@ -56,6 +56,9 @@ def test_log_table_end_to_end_over_jdbc(server, workers, hive_cursor, db, spark,
     assert rounds and all(r[0] == "finished" for r in rounds)
     assert sum(r[1] for r in rounds) == sum(expected.values())
     assert rounds[-1][3] == stream_position(spark, f"{db}.events")
+    # The first round starts at the stream's start (0, not NULL); each next
+    # one where the previous one ended.
+    assert [r[2] for r in rounds] == [0] + [r[3] for r in rounds[:-1]]
     summary = lake_summary(spark, f"{db}_lake.events")
     state = coordinator_state(server, f"{db}.events")
     assert summary["tiering.table-id"] == str(state.table_id)
