@@ -348,11 +348,12 @@ def _markdown(props: tuple[Property, ...], commit: bool = False) -> str:
         rows = ["| property | snapshot of | type | meaning |", "|---|---|---|---|"]
         rows += [f"| `{p.key}` | {p.table} table | {p.type} | {p.help} |" for p in props]
         return "\n".join(rows)
-    rows = ["| property | table | type | default | set by | meaning |", "|---|---|---|---|---|---|"]
+    rows = ["| property | table | type | default | set by | example | meaning |", "|---|---|---|---|---|---|---|"]
     for p in props:
         kind = f"{p.type}: {' / '.join(p.choices)}" if p.choices else p.type
         owner = "tierlake" if p.internal else "user"
-        rows.append(f"| `{p.key}` | {p.table} | {kind} | {_default_text(p)} | {owner} | {p.help} |")
+        example = p.example.replace("'", "`") if p.example else ""
+        rows.append(f"| `{p.key}` | {p.table} | {kind} | {_default_text(p)} | {owner} | {example} | {p.help} |")
     return "\n".join(rows)
 
 

@@ -51,6 +51,10 @@ class TieredSpec:
 
     @classmethod
     def from_properties(cls, props: dict[str, str], columns: list[Column] | None = None) -> TieredSpec:
+        if columns is not None:
+            # Creating or enabling a table: every user property is checked first,
+            # with the error naming the property, the value and an example.
+            validate(user_properties(props), columns)
         pk = [c.strip().lower() for c in (props.get(PRIMARY_KEY) or "").split(",") if c.strip()]
         try:
             buckets = int(props.get(BUCKETS, DEFAULT_BUCKETS))
@@ -60,10 +64,6 @@ class TieredSpec:
             raise InvalidArgumentError(f"'{BUCKETS}' must be between 1 and 1024, got {buckets}")
         seq = (props.get(SEQUENCE_BY) or "").strip().lower() or None
         partition = split_transforms(props.get(LAKE_PARTITION) or "")
-        if columns is not None:
-            # Creating or enabling a table: every user property is checked first,
-            # with the error naming the property, the value and an example.
-            validate(user_properties(props), columns)
         spec = cls(pk, buckets, seq, partition, quality_mode(props.get(QUALITY)))
         if columns is not None:
             spec.validate(columns)
