@@ -148,11 +148,11 @@ def test_a_user_delete_on_the_stream_fails_with_the_snapshot_and_the_fix(server,
 def test_ddl_errors_are_clear(hive_cursor, db):
     for statement, fragment in [
         (f"CREATE TABLE {db}.x (id BIGINT) TBLPROPERTIES ('table.datalake.enabled'='true', 'primary-key'='nope')",
-         "primary key column 'nope' is not a column"),
+         "invalid value 'nope' for table property 'primary-key': 'nope' is not a column of the table"),
         (f"CREATE TABLE {db}.x (id BIGINT) USING parquet TBLPROPERTIES ('table.datalake.enabled'='true')",
          "USING parquet is not possible"),
         (f"CREATE TABLE {db}.x (id BIGINT) TBLPROPERTIES ('table.datalake.enabled'='true', 'bucket.num'='x')",
-         "'bucket.num' must be a whole number"),
+         "invalid value 'x' for table property 'bucket.num': expected a whole number"),
         (f"CREATE TABLE {db}.x (id BIGINT) TBLPROPERTIES ('table.datalake.enabled'='true') AS SELECT 1 AS id",
          "takes its columns from the query; remove the column list"),
         (f"CREATE TABLE {db}.x (id BIGINT, _change_type STRING) TBLPROPERTIES ('table.datalake.enabled'='true', "
