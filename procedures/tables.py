@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tierlake.server.catalog.spec import ENABLED
+from tierlake.server.catalog.properties import ENABLED, validate
 from tierlake.server.catalog.table_path import parse_table_path
 from tierlake.server.exceptions import InvalidArgumentError
 from tierlake.server.sqlapi import registry
@@ -33,6 +33,7 @@ def create_table_as(ctx: Context, table: str, query: str, properties: dict[str, 
       if_not_exists: when the table exists, do nothing instead of failing
     """
     props = {str(k): str(v) for k, v in (properties or {}).items()}
-    if props.setdefault(ENABLED, "true").lower() != "true":
+    validate({ENABLED: props.setdefault(ENABLED, "true")})  # 'true' or 'false'; the rest is checked by the engine
+    if props[ENABLED].strip().lower() != "true":
         raise InvalidArgumentError(f"sys.create_table_as creates tiered tables; {ENABLED} cannot be {props[ENABLED]!r}")
     return run_create_table_as(ctx, parse_table_path(table), query, props, if_not_exists)

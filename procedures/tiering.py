@@ -69,6 +69,8 @@ def enable_tiering(ctx: Context, table: str):
 
     The lake table is <db>_lake.<table> (setting tierlake.lake.database-suffix).
     Calling it again for a registered table changes nothing (created = false).
+    The table's properties are checked first; a primary-key table with NULL
+    keys is refused with their count, else its key columns become NOT NULL.
 
     Args:
       table: the stream table, db.table

@@ -12,9 +12,13 @@ tables (``python -m tierlake.server.config_docs --write``).
 
 from __future__ import annotations
 
+import difflib
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from tierlake.server.catalog.transforms import parse_transform, split_transforms
 from tierlake.server.exceptions import InvalidArgumentError
 from tierlake.server.runtime import settings
 from tierlake.server.runtime.durations import parse_duration
@@ -73,29 +77,41 @@ class Property:
     setting: str | None = None  # unset, it defaults to this server setting
     fallback: str | None = None  # unset, it defaults to this property
     choices: tuple[str, ...] = ()
+    example: str = ""  # a valid value, quoted as users write it (error messages, docs)
+    minimum: int | None = None  # int properties: the smallest value allowed
+    maximum: int | None = None  # int properties: the largest value allowed
 
 
 TABLE_PROPERTIES: tuple[Property, ...] = (
-    Property(ENABLED, None, "bool", "`'true'` makes the table tiered"),
-    Property(PRIMARY_KEY, None, "columns", "comma-separated key columns; unset, the table is a log table"),
-    Property(BUCKETS, str(DEFAULT_BUCKETS), "int", "buckets of a primary-key stream/lake table (1–1024)"),
-    Property(SEQUENCE_BY, None, "column", "orders changes to one key within a commit"),
+    Property(ENABLED, None, "bool", "`'true'` makes the table tiered", example="'true'"),
+    Property(PRIMARY_KEY, None, "columns",
+             "comma-separated key columns, created `NOT NULL`; unset, the table is a log table",
+             example="'order_id' or 'region, order_id'"),
+    Property(BUCKETS, str(DEFAULT_BUCKETS), "int", "buckets of a primary-key stream/lake table (1–1024)",
+             example="'4'", minimum=1, maximum=1024),
+    Property(SEQUENCE_BY, None, "column", "orders changes to one key within a commit (needs `primary-key`)",
+             example="'ts'"),
     Property(FRESHNESS_PROPERTY, DEFAULT_FRESHNESS, "duration",
              "how stale the lake may get; `ALTER TABLE … SET TBLPROPERTIES` through the gateway checks the "
-             "value and reschedules at once"),
-    Property(LAKE_PARTITION, None, "transforms", "lake table partition transforms, e.g. `days(ts), bucket(4, id)`"),
+             "value and reschedules at once", example="'1 min' or '30 s'"),
+    Property(LAKE_PARTITION, None, "transforms", "lake table partition transforms, e.g. `days(ts), bucket(4, id)`",
+             example="'days(ts), bucket(4, id)'"),
     Property(MAX_ROUND, None, "duration",
-             "a round that reaches it commits what it has and reports force-finished", fallback=FRESHNESS_PROPERTY),
-    Property(CHUNK_ROWS, None, "int", "rows per lake commit within a round", setting="tierlake.tiering.chunk-rows"),
+             "a round that reaches it commits what it has and reports force-finished", fallback=FRESHNESS_PROPERTY,
+             example="'10 min'"),
+    Property(CHUNK_ROWS, None, "int", "rows per lake commit within a round", setting="tierlake.tiering.chunk-rows",
+             example="'1000000'", minimum=1),
     Property(QUALITY, "off", "choice", "data-quality checks of each round; checked on `CREATE`/`ALTER TABLE`",
-             choices=QUALITY_MODES),
+             choices=QUALITY_MODES, example="'warn'"),
     Property(LOG_TTL, None, "duration",
-             "log retention: changelog older than this is removed once tiered and covered by a KV snapshot"),
+             "log retention: changelog older than this is removed once tiered and covered by a KV snapshot",
+             example="'7 d'"),
     Property(SNAPSHOT_INTERVAL, None, "duration", "periodic KV snapshots (primary-key tables); `0` = only on demand",
-             setting="tierlake.kv.snapshot.interval"),
+             setting="tierlake.kv.snapshot.interval", example="'10 min' or '0'"),
     Property(NUM_RETAINED, None, "int", "KV snapshots kept besides leased ones",
-             setting="tierlake.kv.snapshot.num-retained"),
-    Property(FORMAT_VERSION, "2", "int", "Iceberg format version of stream, lake and KV tables (set unless given)"),
+             setting="tierlake.kv.snapshot.num-retained", example="'2'", minimum=1),
+    Property(FORMAT_VERSION, "2", "int", "Iceberg format version of stream, lake and KV tables (set unless given)",
+             example="'2'", minimum=1, maximum=3),
     Property(LAKE_TABLE_PROPERTY, None, "table", "the stream table's lake table (`<db><suffix>.<table>`)",
              internal=True),
     Property(KV_TABLE_PROPERTY, None, "table", "the primary-key stream table's KV table (`sys.kv_…`)", internal=True),
@@ -175,6 +191,148 @@ def read(props: dict[str, str], key: str, config: Any = None) -> Any:
     return text
 
 
+# ---- validation of what users set --------------------------------------------
+
+# Unknown keys under these prefixes are typos of ours, not someone else's
+# properties: they are refused with a did-you-mean.
+CHECKED_PREFIXES = ("table.datalake.", "table.log.", "kv.")
+INTERNAL_PREFIX = "tierlake."
+_NAME = re.compile(r"^[A-Za-z_]\w*$")
+
+
+def governed(key: str) -> bool:
+    """``key`` is one :func:`validate` checks (a user property, a checked prefix or ``tierlake.*``)."""
+    prop = BY_KEY.get(key)
+    return (prop is not None and not prop.internal) or key.startswith((*CHECKED_PREFIXES, INTERNAL_PREFIX))
+
+
+def expected(prop: Property) -> str:
+    """What a valid value of ``prop`` looks like, for error messages."""
+    example = f" such as {prop.example}" if prop.example else ""
+    if prop.type == "bool":
+        return "'true' or 'false'"
+    if prop.type == "choice":
+        return "one of " + ", ".join(f"'{c}'" for c in prop.choices)
+    if prop.type == "duration":
+        return f"a duration{example}"
+    if prop.type == "int":
+        if prop.minimum is not None and prop.maximum is not None:
+            bounds = f" from {prop.minimum} to {prop.maximum}"
+        elif prop.minimum is not None:
+            bounds = f" of at least {prop.minimum}"
+        else:
+            bounds = ""
+        return f"a whole number{bounds}{example}"
+    if prop.type == "columns":
+        return f"comma-separated column names{example}"
+    if prop.type == "column":
+        return f"a column name{example}"
+    if prop.type == "transforms":
+        return f"partition transforms (years, months, days, hours, identity, bucket(n, c), truncate(n, c)){example}"
+    return f"a value{example}"
+
+
+def _invalid(prop: Property, value: str, reason: str | None = None) -> InvalidArgumentError:
+    why = f"{reason}; expected {expected(prop)}" if reason else f"expected {expected(prop)}"
+    return InvalidArgumentError(f"invalid value {value!r} for table property '{prop.key}': {why}")
+
+
+def _unknown(key: str) -> InvalidArgumentError:
+    if key.startswith(INTERNAL_PREFIX):
+        return InvalidArgumentError(
+            f"table property '{key}' is tierlake's own bookkeeping and cannot be set by users")
+    known = sorted(p.key for p in TABLE_PROPERTIES if not p.internal)
+    prefix = next(p for p in CHECKED_PREFIXES if key.startswith(p))
+    siblings = [k for k in known if k.startswith(prefix)]
+    # Compare what follows the shared prefix (every 'table.datalake.x' looks
+    # alike in full), then whole keys strictly (a key under the wrong prefix).
+    match = difflib.get_close_matches(key[len(prefix):], [k[len(prefix):] for k in siblings], n=1, cutoff=0.6)
+    match = [prefix + match[0]] if match else difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+    if match:
+        return InvalidArgumentError(f"unknown table property '{key}'; did you mean '{match[0]}'?")
+    return InvalidArgumentError(f"unknown table property '{key}'; known properties under '{prefix}': "
+                                + (", ".join(siblings) or "none"))
+
+
+def _names(prop: Property, value: str, columns: set[str] | None) -> list[str]:
+    names = [n.strip() for n in value.split(",")]
+    if any(not _NAME.match(n) for n in names):
+        raise _invalid(prop, value)
+    lowered = [n.lower() for n in names]
+    if len(set(lowered)) != len(lowered):
+        raise _invalid(prop, value, "a column is named twice")
+    if prop.type == "column" and len(names) != 1:
+        raise _invalid(prop, value, "one column only")
+    missing = [n for n in lowered if columns is not None and n not in columns]
+    if missing:
+        raise _invalid(prop, value, f"{missing[0]!r} is not a column of the table ({', '.join(sorted(columns))})")
+    return lowered
+
+
+def _check(prop: Property, value: str, columns: set[str] | None) -> None:
+    if not value.strip():
+        raise _invalid(prop, value, "empty")
+    if prop.type == "bool":
+        if value.strip().lower() not in ("true", "false"):
+            raise _invalid(prop, value)
+    elif prop.type == "choice":
+        if value.strip().lower() not in prop.choices:
+            raise _invalid(prop, value)
+    elif prop.type == "duration":
+        try:
+            parse_duration(value, prop.key)
+        except InvalidArgumentError:
+            raise _invalid(prop, value) from None
+    elif prop.type == "int":
+        try:
+            number = int(value.strip())
+        except ValueError:
+            raise _invalid(prop, value) from None
+        if (prop.minimum is not None and number < prop.minimum) or (
+                prop.maximum is not None and number > prop.maximum):
+            raise _invalid(prop, value, "out of range")
+    elif prop.type in ("columns", "column"):
+        _names(prop, value, columns)
+    elif prop.type == "transforms":
+        for text in split_transforms(value):
+            try:
+                column = parse_transform(text, prop.key).column
+            except InvalidArgumentError:
+                raise _invalid(prop, value, f"cannot read {text!r}") from None
+            if columns is not None and column not in columns:
+                raise _invalid(prop, value, f"{column!r} is not a column of the table")
+
+
+def validate(props: dict[str, str], columns: Iterable[Any] | None = None) -> None:
+    """Refuse a bad user-set table property before anything is created or changed.
+
+    Every user property present must parse as its type (durations, whole
+    numbers in range, choices, booleans, partition transforms); column
+    properties must name columns of the table when ``columns`` (names or
+    :class:`Column`-like objects with ``name``) are known; ``sequence-by``
+    needs ``primary-key``. ``tierlake.*`` keys are tierlake's own and refused;
+    unknown keys under ``table.datalake.``, ``table.log.`` and ``kv.`` are
+    refused with a did-you-mean. Other keys (Iceberg's, users' own) pass.
+    Raises ``InvalidArgumentError`` naming the property, the value and an example.
+    """
+    names = None if columns is None else {str(getattr(c, "name", c)).lower() for c in columns}
+    for key, value in props.items():
+        prop = BY_KEY.get(key)
+        if prop is None or prop.internal:
+            if key.startswith((*CHECKED_PREFIXES, INTERNAL_PREFIX)):
+                raise _unknown(key)
+            continue
+        _check(prop, "" if value is None else str(value), names)
+    if (props.get(SEQUENCE_BY) or "").strip() and not (props.get(PRIMARY_KEY) or "").strip():
+        raise InvalidArgumentError(
+            f"table property '{SEQUENCE_BY}' needs a '{PRIMARY_KEY}': it orders changes to one key")
+
+
+def user_properties(props: dict[str, str]) -> dict[str, str]:
+    """``props`` without tierlake's own ``tierlake.*`` bookkeeping (what an existing table carries)."""
+    return {k: v for k, v in props.items() if not k.startswith(INTERNAL_PREFIX)}
+
+
 # ---- docs/configuration.md ---------------------------------------------------
 
 def _default_text(prop: Property) -> str:
@@ -190,11 +348,12 @@ def _markdown(props: tuple[Property, ...], commit: bool = False) -> str:
         rows = ["| property | snapshot of | type | meaning |", "|---|---|---|---|"]
         rows += [f"| `{p.key}` | {p.table} table | {p.type} | {p.help} |" for p in props]
         return "\n".join(rows)
-    rows = ["| property | table | type | default | set by | meaning |", "|---|---|---|---|---|---|"]
+    rows = ["| property | table | type | default | set by | example | meaning |", "|---|---|---|---|---|---|---|"]
     for p in props:
         kind = f"{p.type}: {' / '.join(p.choices)}" if p.choices else p.type
         owner = "tierlake" if p.internal else "user"
-        rows.append(f"| `{p.key}` | {p.table} | {kind} | {_default_text(p)} | {owner} | {p.help} |")
+        example = p.example.replace("'", "`") if p.example else ""
+        rows.append(f"| `{p.key}` | {p.table} | {kind} | {_default_text(p)} | {owner} | {example} | {p.help} |")
     return "\n".join(rows)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from tierlake.server.catalog.properties import (  # the keys' one definition; re-exported for callers
@@ -16,7 +15,10 @@ from tierlake.server.catalog.properties import (  # the keys' one definition; re
     QUALITY,
     QUALITY_MODES,
     SEQUENCE_BY,
+    user_properties,
+    validate,
 )
+from tierlake.server.catalog.transforms import parse_transform, split_transforms
 from tierlake.server.exceptions import InvalidArgumentError
 
 __all__ = ["BUCKETS", "CHUNK_ROWS", "DEFAULT_BUCKETS", "ENABLED", "LAKE_PARTITION", "MAX_ROUND", "PRIMARY_KEY",
@@ -25,9 +27,6 @@ __all__ = ["BUCKETS", "CHUNK_ROWS", "DEFAULT_BUCKETS", "ENABLED", "LAKE_PARTITIO
 
 CHANGE_TYPE = "_change_type"
 CHANGE_TYPES = ("+I", "-U", "+U", "-D")
-_TRANSFORM = re.compile(
-    r"^\s*(years|months|days|hours|identity|bucket|truncate)\s*\((.*)\)\s*$|^\s*([A-Za-z_]\w*)\s*$", re.I
-)
 
 
 @dataclass(frozen=True)
@@ -52,6 +51,10 @@ class TieredSpec:
 
     @classmethod
     def from_properties(cls, props: dict[str, str], columns: list[Column] | None = None) -> TieredSpec:
+        if columns is not None:
+            # Creating or enabling a table: every user property is checked first,
+            # with the error naming the property, the value and an example.
+            validate(user_properties(props), columns)
         pk = [c.strip().lower() for c in (props.get(PRIMARY_KEY) or "").split(",") if c.strip()]
         try:
             buckets = int(props.get(BUCKETS, DEFAULT_BUCKETS))
@@ -60,7 +63,7 @@ class TieredSpec:
         if not 1 <= buckets <= 1024:
             raise InvalidArgumentError(f"'{BUCKETS}' must be between 1 and 1024, got {buckets}")
         seq = (props.get(SEQUENCE_BY) or "").strip().lower() or None
-        partition = [p.strip() for p in _split_transforms(props.get(LAKE_PARTITION) or "") if p.strip()]
+        partition = split_transforms(props.get(LAKE_PARTITION) or "")
         spec = cls(pk, buckets, seq, partition, quality_mode(props.get(QUALITY)))
         if columns is not None:
             spec.validate(columns)
@@ -76,11 +79,7 @@ class TieredSpec:
         if self.sequence_by and not self.primary_key:
             raise InvalidArgumentError(f"'{SEQUENCE_BY}' needs a '{PRIMARY_KEY}'")
         for transform in self.lake_partition:
-            m = _TRANSFORM.match(transform)
-            if not m:
-                raise InvalidArgumentError(f"'{LAKE_PARTITION}': cannot read partition transform {transform!r}")
-            args = m.group(2) if m.group(1) else m.group(3)
-            column = args.split(",")[-1].strip().lower()
+            column = parse_transform(transform, LAKE_PARTITION).column
             if column not in names:
                 raise InvalidArgumentError(f"'{LAKE_PARTITION}': {column!r} is not a column of the table")
         if CHANGE_TYPE in names and not self.primary_key:
@@ -99,35 +98,11 @@ def partition_sql(transform: str) -> str:
     """A validated transform rebuilt with a quoted column: ``days(ts)`` → ``days(`ts`)``."""
     from tierlake import sql
 
-    m = _TRANSFORM.match(transform)
-    if not m:
-        raise InvalidArgumentError(f"'{LAKE_PARTITION}': cannot read partition transform {transform!r}")
-    if m.group(3):
-        return sql.quote_ident(m.group(3).lower())
-    name, args = m.group(1).lower(), [a.strip() for a in m.group(2).split(",")]
-    column = sql.quote_ident(args[-1].lower())
-    if name in ("bucket", "truncate"):
-        if len(args) != 2 or not args[0].isdigit():
-            raise InvalidArgumentError(f"'{LAKE_PARTITION}': {name} needs (number, column), got {transform!r}")
-        return f"{name}({int(args[0])}, {column})"
-    if len(args) != 1:
-        raise InvalidArgumentError(f"'{LAKE_PARTITION}': {name} takes one column, got {transform!r}")
-    return column if name == "identity" else f"{name}({column})"
-
-
-def _split_transforms(text: str) -> list[str]:
-    """'days(ts), bucket(4, id)' → ['days(ts)', 'bucket(4, id)'] (commas inside parentheses kept)."""
-    parts, depth, current = [], 0, ""
-    for ch in text:
-        depth += ch == "("
-        depth -= ch == ")"
-        if ch == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += ch
-    parts.append(current)
-    return parts
+    t = parse_transform(transform, LAKE_PARTITION)
+    column = sql.quote_ident(t.column)
+    if t.width is not None:
+        return f"{t.name}({t.width}, {column})"
+    return column if t.name == "identity" else f"{t.name}({column})"
 
 
 def data_columns(columns: list[Column]) -> list[Column]:

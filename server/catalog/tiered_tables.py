@@ -20,6 +20,7 @@ T_CREATE_STREAM = "templates/create_stream_table.sql.j2"
 T_CREATE_LAKE = "templates/create_lake_table.sql.j2"
 T_CREATE_DATABASE = "templates/create_database.sql.j2"
 T_DROP_TABLE = "templates/drop_table.sql.j2"
+T_COUNT_NULL_KEYS = "templates/count_null_keys.sql.j2"
 
 
 def lake_path(config: Config | None, stream: TablePath) -> TablePath:
@@ -86,11 +87,17 @@ def prepare_existing(spark: Any, config: Any, stream: TablePath) -> TablePath:
     change-type column to primary-key tables, create the lake table."""
     table = iceberg_table(spark, stream.quoted)
     props = {str(k): str(v) for k, v in dict(table.properties()).items()}
-    columns = columns_of(spark.table(stream.quoted).schema)
-    spec = TieredSpec.from_properties(props, columns)
+    schema = spark.table(stream.quoted).schema
+    columns = columns_of(schema)
+    spec = TieredSpec.from_properties(props, columns)  # checks every property before anything changes
+    nullable = [f.name for f in schema.fields if f.name.lower() in spec.primary_key and f.nullable]
+    if nullable:
+        refuse_null_keys(spark, stream, spec.primary_key)
     lake = lake_of(config, stream, props)
     update = table.updateProperties().set(ENABLED, "true").set(LAKE_TABLE_PROPERTY, str(lake))
     update.commit()
+    if nullable:
+        require_columns(spark, stream, nullable)
     if spec.is_primary_key and not any(c.name.lower() == CHANGE_TYPE for c in columns):
         jvm = spark.sparkContext._jvm
         iceberg_table(spark, stream.quoted).updateSchema().addColumn(
@@ -103,3 +110,29 @@ def prepare_existing(spark: Any, config: Any, stream: TablePath) -> TablePath:
         except Exception as e:
             raise InvalidArgumentError(f"cannot create lake table {lake}: {e}") from e
     return lake
+
+
+def refuse_null_keys(spark: Any, stream: TablePath, keys: list[str]) -> None:
+    """A primary-key table with NULL keys cannot be tiered: a NULL key matches
+    no lake row, so every upsert of it would add a row and a delete would do nothing."""
+    count = spark.sql(sql.render_checked(T_COUNT_NULL_KEYS, table=[stream.database, stream.table],
+                                         keys=keys)).collect()[0]["null_keys"]
+    if count:
+        raise InvalidArgumentError(
+            f"table {stream} has {count} row(s) with a NULL in its primary key ({', '.join(keys)}); "
+            "delete or fix them, then enable tiering again")
+
+
+def require_columns(spark: Any, stream: TablePath, names: list[str]) -> None:
+    """Make the (checked, NULL-free) key columns NOT NULL, so writers cannot add a NULL key.
+
+    Spark's ``ALTER COLUMN … SET NOT NULL`` and Iceberg's ``requireColumn``
+    both refuse optional → required, because Iceberg cannot know the data has
+    no NULLs; :func:`refuse_null_keys` has just counted them, so the change is
+    allowed explicitly. A writer that committed a NULL key between that count
+    and this commit is not seen here (the round's NULL-key check catches it).
+    """
+    update = iceberg_table(spark, stream.quoted).updateSchema().allowIncompatibleChanges()
+    for name in names:
+        update = update.requireColumn(name)
+    update.commit()

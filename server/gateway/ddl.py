@@ -1,4 +1,5 @@
-"""DDL the gateway answers itself: ``CREATE TABLE`` of tiered tables.
+"""DDL the gateway answers itself: ``CREATE TABLE`` of tiered tables and
+``ALTER TABLE … SET TBLPROPERTIES`` of tiering properties.
 
 Spark 3.5 would make a Hive SerDe table of a ``CREATE TABLE`` without
 ``USING``; a statement with ``'table.datalake.enabled'='true'`` instead becomes
@@ -14,7 +15,8 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from tierlake.server.catalog.spec import ENABLED, Column
+from tierlake.server.catalog.properties import BUCKETS, ENABLED, PRIMARY_KEY, SEQUENCE_BY, governed
+from tierlake.server.catalog.spec import Column
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.exceptions import InvalidArgumentError, SqlSyntaxError
 
@@ -58,7 +60,8 @@ def parse_tiered_create(statement: str, current_database: str = "default") -> Ti
             key = prop.this.name if isinstance(prop.this, exp.Expression) else str(prop.this)
             value = prop.args.get("value")
             properties[key] = value.name if isinstance(value, exp.Expression) else str(value)
-    if properties.get(ENABLED, "").lower() != "true":
+    # 'false' is a plain table; anything but 'true' is refused by the property check.
+    if properties.get(ENABLED, "false").strip().lower() == "false":
         return None
     if using and using.lower() != "iceberg":
         raise InvalidArgumentError(f"tiered tables are Iceberg tables; USING {using} is not possible")
@@ -84,9 +87,16 @@ def parse_tiered_create(statement: str, current_database: str = "default") -> Ti
                         bool(tree.args.get("exists")), select)
 
 
+# Text that may name a property the registry checks (properties.governed).
+_ALTER_MARKERS = ("table.datalake.", "table.log.", "kv.", PRIMARY_KEY, BUCKETS, SEQUENCE_BY, "tierlake.")
+
+
 def parse_tiering_alter(statement: str, current_database: str = "default") -> tuple[TablePath, dict[str, str]] | None:
-    """``ALTER TABLE t SET TBLPROPERTIES (...)`` that sets ``table.datalake.*`` keys."""
-    if "table.datalake." not in statement.lower() or "alter" not in statement.lower():
+    """``ALTER TABLE t SET TBLPROPERTIES (...)`` that sets a tiering property
+    (``table.datalake.*``, ``table.log.*``, ``kv.*``, ``primary-key``, ``bucket.num``,
+    ``sequence-by`` or a refused ``tierlake.*`` key)."""
+    lowered = statement.lower()
+    if "alter" not in lowered or not any(m in lowered for m in _ALTER_MARKERS):
         return None
     try:
         tree = sqlglot.parse_one(statement, read="spark")
@@ -102,7 +112,7 @@ def parse_tiering_alter(statement: str, current_database: str = "default") -> tu
                     if isinstance(prop, exp.Property) and isinstance(prop.this, exp.Expression):
                         value = prop.args.get("value")
                         properties[prop.this.name] = value.name if isinstance(value, exp.Expression) else str(value)
-    if not any(k.startswith("table.datalake.") for k in properties):
+    if not any(governed(k) for k in properties):
         return None
     parts = [p.name for p in tree.this.parts]
     if len(parts) == 1:

@@ -80,33 +80,42 @@ class CallHandler:
 
     def alter_tiering(self, statement: str, user: str | None = None) -> LocalResult:
         """``ALTER TABLE … SET TBLPROPERTIES ('table.datalake.…' = …)``: check the
-        values, run the statement, and reschedule the table at once (a shorter
-        freshness must not wait for the end of the current interval)."""
-        from tierlake.server.catalog.properties import FRESHNESS_PROPERTY, MAX_ROUND, QUALITY
-        from tierlake.server.catalog.spec import quality_mode
-        from tierlake.server.coordinator.registration import rescheduler
-        from tierlake.server.runtime.durations import parse_duration
+        values (with the table's other properties and its columns, see
+        :func:`properties.validate`), run the statement, and reschedule the
+        table at once (a shorter freshness must not wait for the end of the
+        current interval)."""
+        from tierlake.server.catalog import properties as table_properties
+        from tierlake.server.catalog.columns import table_columns
+        from tierlake.server.coordinator.registration import iceberg_properties, rescheduler
 
         path, properties = parse_tiering_alter(statement)
-        for key in (FRESHNESS_PROPERTY, MAX_ROUND):
-            if key in properties:
-                parse_duration(properties[key], key)
-        if QUALITY in properties:
-            quality_mode(properties[QUALITY])
         ctx = self.context_factory(user)
+        columns, existing, iceberg = None, {}, False
+        if ctx.spark.catalog.tableExists(path.quoted):  # else Spark's own error, from the statement
+            columns = table_columns(ctx.spark, path)
+            try:
+                existing, iceberg = table_properties.user_properties(iceberg_properties(ctx.spark, path)), True
+            except Exception:  # noqa: BLE001 - not an Iceberg table: nothing of it is tiered
+                pass
+        table_properties.validate(properties, columns)  # what the statement sets, first
+        table_properties.validate({**existing, **properties}, columns)  # then together (sequence-by needs primary-key)
         ctx.spark.sql(statement)
-        rescheduler(ctx, path)
+        if iceberg:
+            rescheduler(ctx, path)
         log.info("tiering properties of %s changed by %s: %s", path, user, properties)
         return LocalResult(columns=[("Result", "string")], rows=[])
 
     def create_tiered(self, statement: str, user: str | None = None) -> LocalResult:
         """``CREATE TABLE … TBLPROPERTIES('table.datalake.enabled'='true')``."""
+        from tierlake.server.catalog.properties import validate
         from tierlake.server.catalog.tiered_tables import create_tiered_table
         from tierlake.server.coordinator.registration import register_table
         from tierlake.server.coordinator.state_machine import Status
 
         ctx = self.context_factory(user)
         create = parse_tiered_create(statement)
+        # Before anything exists: a bad property must not leave a table behind (CTAS checks its own).
+        validate(create.properties, create.columns or None)
         columns = [("table_id", "bigint"), ("table_path", "string"), ("lake_table", "string"), ("status", "string")]
         if create.as_select is not None:
             from tierlake.server.tiering.ctas import RESULT_COLUMNS, create_table_as

@@ -35,6 +35,7 @@ from typing import Any
 
 from tierlake import sql
 from tierlake.server.catalog.columns import columns_of
+from tierlake.server.catalog.properties import validate
 from tierlake.server.catalog.spec import CHANGE_TYPE, TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.catalog.tiered_tables import create_lake_table, create_stream_table, lake_path, stream_properties
@@ -341,6 +342,7 @@ def check_query(query: str) -> str:
 def create_table_as(ctx: Any, target: TablePath, query: str, properties: dict[str, str],
                     if_not_exists: bool = False) -> list[tuple]:
     """Run one atomic CTAS of a tiered table; returns the result row(s)."""
+    validate(properties)  # before the query runs or anything is staged; columns are checked in begin
     spark = ctx.spark
     create = TwoPhaseCreate(ctx, target, properties, if_not_exists)
     taken = create.exists()

@@ -23,6 +23,12 @@ CASES = {
     "create_stream_pk": ("templates/create_stream_table.sql.j2", dict(
         table=["shop", "orders"], columns=[Column("order_id", "BIGINT NOT NULL"), Column("ts", "TIMESTAMP")],
         spec=PK, change_type=CHANGE_TYPE, properties={"table.datalake.enabled": "true", "primary-key": "order_id"})),
+    "create_stream_pk_not_null": ("templates/create_stream_table.sql.j2", dict(
+        table=["shop", "orders"], columns=[Column("Region", "STRING COMMENT 'r'"), Column("order_id", "BIGINT"),
+                                           Column("v", "STRING")],
+        spec=TieredSpec.from_properties({"primary-key": "region, order_id"}), change_type=CHANGE_TYPE,
+        properties={"table.datalake.enabled": "true", "primary-key": "region, order_id"})),
+    "count_null_keys": ("templates/count_null_keys.sql.j2", dict(table=["shop", "orders"], keys=["region", "id"])),
     "create_stream_log": ("templates/create_stream_table.sql.j2", dict(
         table=["shop", "we`ird"], columns=[Column("id", "BIGINT")], spec=TieredSpec(), change_type=CHANGE_TYPE,
         properties={"table.datalake.enabled": "true", "it's": "quoted"})),

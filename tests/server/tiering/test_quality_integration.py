@@ -137,10 +137,11 @@ def test_expectation_and_property_errors_are_clear(server, hive_cursor, db):
     assert "has no expectation expect_column_values_to_not_be_null" in error_of(
         hive_cursor, f"CALL sys.drop_expectation('{table}', 'expect_column_values_to_not_be_null')"
     )
-    assert "'table.datalake.quality' must be one of off, warn, block; got 'strict'" in error_of(
+    assert ("invalid value 'strict' for table property 'table.datalake.quality': expected one of 'off', 'warn', "
+            "'block'") in error_of(
         hive_cursor, f"ALTER TABLE {table} SET TBLPROPERTIES ('table.datalake.quality'='strict')"
     )
-    assert "'table.datalake.quality' must be one of" in error_of(
+    assert "invalid value 'yes' for table property 'table.datalake.quality'" in error_of(
         hive_cursor,
         f"CREATE TABLE {db}.bad (id BIGINT) TBLPROPERTIES ('table.datalake.enabled'='true', "
         "'table.datalake.quality'='yes')",

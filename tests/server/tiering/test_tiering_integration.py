@@ -151,11 +151,11 @@ def test_a_user_delete_on_the_stream_fails_with_the_snapshot_and_the_fix(server,
 def test_ddl_errors_are_clear(hive_cursor, db):
     for statement, fragment in [
         (f"CREATE TABLE {db}.x (id BIGINT) TBLPROPERTIES ('table.datalake.enabled'='true', 'primary-key'='nope')",
-         "primary key column 'nope' is not a column"),
+         "invalid value 'nope' for table property 'primary-key': 'nope' is not a column of the table"),
         (f"CREATE TABLE {db}.x (id BIGINT) USING parquet TBLPROPERTIES ('table.datalake.enabled'='true')",
          "USING parquet is not possible"),
         (f"CREATE TABLE {db}.x (id BIGINT) TBLPROPERTIES ('table.datalake.enabled'='true', 'bucket.num'='x')",
-         "'bucket.num' must be a whole number"),
+         "invalid value 'x' for table property 'bucket.num': expected a whole number"),
         (f"CREATE TABLE {db}.x (id BIGINT) TBLPROPERTIES ('table.datalake.enabled'='true') AS SELECT 1 AS id",
          "takes its columns from the query; remove the column list"),
         (f"CREATE TABLE {db}.x (id BIGINT, _change_type STRING) TBLPROPERTIES ('table.datalake.enabled'='true', "
@@ -211,7 +211,8 @@ def test_a_changed_freshness_applies_at_once_and_bad_values_are_refused(server, 
     run(hive_cursor, f"INSERT INTO {db}.f VALUES (1)")
     with pytest.raises(exc.OperationalError) as info:
         run(hive_cursor, f"ALTER TABLE {db}.f SET TBLPROPERTIES ('table.datalake.freshness'='soon')")
-    assert "cannot parse 'soon' as a duration" in info.value.args[0].status.errorMessage
+    assert ("invalid value 'soon' for table property 'table.datalake.freshness'"
+            in info.value.args[0].status.errorMessage)
     # Without the reschedule this would wait out the rest of the hour.
     run(hive_cursor, f"ALTER TABLE {db}.f SET TBLPROPERTIES ('table.datalake.freshness'='1 s')")
     state = wait_tiered(server, f"{db}.f", timeout=60)
