@@ -128,6 +128,15 @@ class TieringGuardError(TierlakeError):
     error_code = 5001
 
 
+class ChangelogError(TieringGuardError):
+    """A primary-key changelog tiering refuses to guess at: an unknown
+    ``_change_type``, a NULL key, or two changes to one key in one commit
+    whose order cannot be decided. Nothing of the offending commit is tiered."""
+
+    sqlstate = "22000"
+    error_code = 5002
+
+
 class QualityCheckError(TierlakeError):
     """A write-audit-publish round whose data failed the table's expectations
     (``table.datalake.quality = block``): nothing was published."""

@@ -6,10 +6,11 @@ table) and snapshot splits (a KV snapshot replacing a branch's rows) all
 write through here, so the statements rendered from ``sql/templates`` and
 the way their commits are tagged exist once.
 
-A log table's range is appended; a primary-key table's range is merged
-(``tiering_pk_merge``): the newest change of each key wins, ordered by the
-``_file``/``_pos`` of the change within the stream's data files
-(``stream_files`` lists them with their sequence numbers).
+A log table's range is appended; a primary-key table's range is checked
+(:mod:`.validation`: unknown change types, NULL keys, changes it cannot
+order fail it) and merged (``tiering_pk_merge``): the newest change of each
+key wins, ordered by commit (the data sequence number of the stream's data
+files, listed by ``stream_files``), then ``sequence-by``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tierlake import sql
 from tierlake.server.catalog.columns import bucket_field, columns_of, lake_columns
 from tierlake.server.catalog.spec import CHANGE_TYPE, Column, TieredSpec
 from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.changelog import validation
 from tierlake.server.changelog.planner import Chunk
 from tierlake.server.exceptions import TieringGuardError
 from tierlake.server.runtime.session import iceberg_table
@@ -153,6 +155,7 @@ class ChangelogWrite:
                                bucket_field=bucket_field(spark, stream)),
             args={"start_position": changes.start_position, "end_position": changes.end_position},
         ).createOrReplaceTempView(self.files_view)
+        validation.check_changes(spark, stream, self.spec, self.delta_view, self.files_view, self.columns)
         self.statement = sql.render_checked(T_PK_MERGE, target=self.target, delta=self.delta_view,
                                             files=self.files_view, columns=self.columns,
                                             keys=self.spec.primary_key, sequence_by=self.spec.sequence_by,

@@ -13,7 +13,7 @@ import pytest
 import sqlglot
 
 from tierlake import sql
-from tierlake.server.catalog.spec import CHANGE_TYPE, Column, TieredSpec, partition_sql
+from tierlake.server.catalog.spec import CHANGE_TYPE, CHANGE_TYPES, Column, TieredSpec, partition_sql
 from tierlake.sql.values import SqlMap
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "templates"
@@ -43,6 +43,12 @@ CASES = {
     "pk_merge_composite_key": ("templates/tiering_pk_merge.sql.j2", dict(
         target=["db_lake", "t", "branch_b"], delta="__d", files="__f", columns=["a", "b", "v"], keys=["a", "b"],
         sequence_by=None, change_type=CHANGE_TYPE)),
+    "changelog_check_sequence_by": ("templates/changelog_check.sql.j2", dict(
+        delta="__d", files="__f", columns=["order_id", "amount", "tags", "ts"], json_columns=["tags"],
+        keys=["order_id"], sequence_by="ts", change_type=CHANGE_TYPE, change_types=CHANGE_TYPES, shown=5)),
+    "changelog_check_composite_key": ("templates/changelog_check.sql.j2", dict(
+        delta="__d", files="__f", columns=["a", "b", "v"], json_columns=[], keys=["a", "b"], sequence_by=None,
+        change_type=CHANGE_TYPE, change_types=CHANGE_TYPES, shown=5)),
     "stream_files": ("templates/stream_files.sql.j2", dict(
         entries=["shop", "orders", "entries"], bucket_field="order_id_bucket")),
     "add_columns": ("templates/lake_add_columns.sql.j2", dict(
