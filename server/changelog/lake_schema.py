@@ -93,8 +93,9 @@ def project(frame: Any, fields: dict[int, str], columns: list[Carried]) -> Any:
 def sync_lake_schema(spark: Any, stream: TablePath, lake: TablePath) -> list[Carried]:
     """Bring ``lake`` (a lake or KV table) up to the stream's columns; the columns a write fills.
 
-    See the module docstring for the rules. Lake columns that carry no
-    stream column (added to the lake table by hand) are left alone.
+    See the module docstring for the rules. A lake column that carries no
+    stream column (dropped from the stream, or added or renamed in the lake
+    table by hand) is NULL in the rows written from then on.
     """
     fields = field_ids.stream_fields(spark, stream)
     stream_types = {c.name.lower(): c.type for c in lake_columns(spark, stream)}
@@ -144,9 +145,10 @@ def sync_lake_schema(spark: Any, stream: TablePath, lake: TablePath) -> list[Car
     if field_ids.read(iceberg_table(spark, lake.quoted)) != mapping:
         iceberg_table(spark, lake.quoted).updateProperties().set(LAKE_FIELD_IDS, field_ids.encode(mapping)).commit()
 
-    carried = {name.lower(): fid for fid, name in mapping.items()}
-    return [Carried(c.name, c.type, carried[c.name.lower()] if carried[c.name.lower()] in fields else None)
-            for c in lake_cols.values() if c.name.lower() in carried]
+    # Every lake column is written (Spark's INSERT and MERGE need them all):
+    # one that carries no stream column now gets NULL.
+    carried = {name.lower(): fid for fid, name in mapping.items() if fid in fields}
+    return [Carried(c.name, c.type, carried.get(c.name.lower())) for c in lake_cols.values()]
 
 
 def _check_key_columns(spark: Any, stream: TablePath, fields: dict[int, str], mapping: dict[int, str]) -> None:
