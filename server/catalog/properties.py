@@ -42,6 +42,7 @@ KV_TABLE_PROPERTY = "tierlake.kv-table"
 LOG_START_PROPERTY = "tierlake.log.start-position"
 STREAM_TABLE_PROPERTY = "tierlake.stream-table"
 KV_OF_PROPERTY = "tierlake.kv-table-of"
+LAKE_FIELD_IDS = "tierlake.lake.field-ids"
 # ---- Iceberg's own properties tierlake sets ----------------------------------
 FORMAT_VERSION = "format-version"
 WRITE_MERGE_MODE = "write.merge.mode"
@@ -125,6 +126,9 @@ TABLE_PROPERTIES: tuple[Property, ...] = (
     Property(WRITE_DELETE_MODE, None, "str", "`merge-on-read` on primary-key lake and KV tables", table="lake",
              internal=True),
     Property(KV_OF_PROPERTY, None, "table", "the KV table's stream table", table="kv", internal=True),
+    Property(LAKE_FIELD_IDS, None, "str",
+             "JSON `{stream field id: lake column}`: which stream column each lake (or KV) column carries, "
+             "so renames follow the column and a dropped one is known", table="lake", internal=True),
     Property(MAX_SNAPSHOT_AGE, None, "int",
              "a century on KV tables: their retention is tierlake's, not Iceberg's age-based expiry", table="kv",
              internal=True),

@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 from tierlake import sql
+from tierlake.server.catalog import field_ids
 from tierlake.server.catalog.columns import columns_of
 from tierlake.server.catalog.properties import ENABLED, FORMAT_VERSION, LAKE_TABLE_PROPERTY
 from tierlake.server.catalog.spec import CHANGE_TYPE, Column, TieredSpec, data_columns, partition_sql
@@ -46,6 +47,8 @@ def create_lake_table(spark: Any, stream: TablePath, lake: TablePath, columns: l
     spark.sql(sql.render(T_CREATE_DATABASE, database=name.database))
     spark.sql(sql.render_checked(T_CREATE_LAKE, table=[name.database, name.table], columns=data_columns(columns),
                          partition=partition, spec=spec, stream=str(stream), location=location))
+    # Which stream field each lake column carries: a later RENAME COLUMN on the stream follows it.
+    field_ids.record(spark, stream, name, [c.name for c in data_columns(columns)])
 
 
 def stream_properties(properties: dict[str, str], lake: TablePath) -> dict[str, str]:

@@ -21,12 +21,12 @@ from collections.abc import Callable
 from typing import Any
 
 from tierlake import sql
-from tierlake.server.catalog.columns import bucket_field, columns_of, lake_columns
+from tierlake.server.catalog.columns import bucket_field
 from tierlake.server.catalog.spec import CHANGE_TYPE, Column, TieredSpec
 from tierlake.server.catalog.table_path import TablePath
-from tierlake.server.changelog import validation
+from tierlake.server.changelog import lake_schema, validation
+from tierlake.server.changelog.lake_schema import Carried
 from tierlake.server.changelog.planner import Chunk
-from tierlake.server.exceptions import TieringGuardError
 from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.tiering")
@@ -34,7 +34,6 @@ log = logging.getLogger("tierlake.tiering")
 T_LOG_APPEND = "templates/tiering_log_append.sql.j2"
 T_PK_MERGE = "templates/tiering_pk_merge.sql.j2"
 T_STREAM_FILES = "templates/stream_files.sql.j2"
-T_ADD_COLUMNS = "templates/lake_add_columns.sql.j2"
 COMMIT_USER = "tierlake"
 
 
@@ -83,33 +82,29 @@ def with_commit_properties(spark: Any, properties: dict[str, str], fn: Callable[
         raise
 
 
-def sync_lake_schema(spark: Any, stream: TablePath, lake: TablePath) -> None:
-    """Carry added stream columns to the lake (or KV) table; refuse incompatible changes."""
-    stream_cols = lake_columns(spark, stream)
-    lake_cols = {c.name.lower(): c for c in columns_of(spark.table(lake.quoted).schema)}
-    missing = [c for c in stream_cols if c.name.lower() not in lake_cols]
-    for c in stream_cols:
-        current = lake_cols.get(c.name.lower())
-        if current is not None and current.type != c.type:
-            raise TieringGuardError(
-                f"column {c.name} of stream table {stream} is {c.type} but {current.type} in lake table "
-                f"{lake}; change the lake table's column type (ALTER TABLE {lake} ALTER COLUMN "
-                f"{c.name} TYPE {c.type}) if Iceberg allows the promotion, then CALL sys.retry_tiering('{stream}')"
-            )
-    if missing:
-        spark.sql(sql.render_checked(T_ADD_COLUMNS, table=[lake.database, lake.table], columns=missing))
-        log.info("added columns %s to lake table %s", [c.name for c in missing], lake)
+def sync_lake_schema(spark: Any, stream: TablePath, lake: TablePath) -> list[Carried]:
+    """Carry the stream's added, renamed and dropped columns to the lake (or KV)
+    table (:mod:`~tierlake.server.changelog.lake_schema`); the columns a write fills."""
+    return lake_schema.sync_lake_schema(spark, stream, lake)
 
 
-def _changes(spark: Any, stream: TablePath, changes: Chunk) -> Any:
-    """The stream rows committed in ``changes``, with their ``_file`` and ``_pos``."""
+def _changes(spark: Any, stream: TablePath, changes: Chunk, columns: list[Carried]) -> Any:
+    """The stream rows committed in ``changes`` as ``columns`` (by field id), with their ``_file`` and ``_pos``.
+
+    The first chunk reads at a snapshot, i.e. with that snapshot's schema;
+    projecting by field id gives every chunk the current columns (NULL where
+    the read schema lacks them) under the lake's names.
+    """
     reader = spark.read.format("iceberg")
     if changes.start_snapshot_id is None:
         reader = reader.option("snapshot-id", str(changes.end_snapshot_id))
+        at = changes.end_snapshot_id
     else:
         reader = (reader.option("start-snapshot-id", str(changes.start_snapshot_id))
                   .option("end-snapshot-id", str(changes.end_snapshot_id)))
-    return reader.load(stream.quoted).selectExpr("*", "_file", "_pos")
+        at = None
+    frame = reader.load(stream.quoted)
+    return lake_schema.project(frame, lake_schema.read_fields(iceberg_table(spark, stream.quoted), at), columns)
 
 
 class ChangelogWrite:
@@ -124,10 +119,12 @@ class ChangelogWrite:
     """
 
     def __init__(self, spark: Any, stream: TablePath, spec: TieredSpec, target: list[str], changes: Chunk,
-                 columns: list[str] | None = None, view_prefix: str = "__tierlake"):
+                 columns: list[Carried] | None = None, view_prefix: str = "__tierlake"):
         self.spark, self.stream, self.spec, self.target, self.changes = spark, stream, spec, target, changes
-        # A round fixes its columns once: a column added to the stream mid-round is synced by the next one.
-        self.columns = columns if columns is not None else [c.name for c in lake_columns(spark, stream)]
+        # A round fixes its columns once (sync_lake_schema's answer): a column
+        # added to the stream mid-round is synced by the next one.
+        self.carried = columns if columns is not None else lake_schema.stream_carried(spark, stream)
+        self.columns = [c.name for c in self.carried]
         suffix = uuid.uuid4().hex[:12]
         self.delta_view, self.files_view = f"{view_prefix}_delta_{suffix}", f"{view_prefix}_files_{suffix}"
         self.statement: str | None = None
@@ -145,7 +142,8 @@ class ChangelogWrite:
 
     def _prepare(self) -> None:
         spark, stream, changes = self.spark, self.stream, self.changes
-        _changes(spark, stream, changes).createOrReplaceTempView(self.delta_view)
+        carried = self.carried + ([lake_schema.change_type_column(spark, stream)] if self.spec.is_primary_key else [])
+        _changes(spark, stream, changes, carried).createOrReplaceTempView(self.delta_view)
         if not self.spec.is_primary_key:
             self.statement = sql.render_checked(T_LOG_APPEND, target=self.target, delta=self.delta_view,
                                                 columns=self.columns)

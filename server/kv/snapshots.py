@@ -99,11 +99,11 @@ def take_snapshot(spark: Any, stream: TablePath, catalog: KvCatalog | None = Non
             raise TieringGuardError(
                 f"the changelog of {stream} before position {props[LOG_START_PROPERTY]} was removed by log "
                 f"retention and the KV table {kv} does not reach it: the state cannot be rebuilt")
-        lake_write.sync_lake_schema(spark, stream, kv)
+        columns = lake_write.sync_lake_schema(spark, stream, kv)
         changes = Chunk(start_id, head_id, start, end, [])
         props_out = {KV_POSITION: str(end), KV_STREAM_SNAPSHOT: str(head_id), P.COMMIT_USER: lake_write.COMMIT_USER}
         before = None if current is None else int(current.snapshotId())
-        with lake_write.ChangelogWrite(spark, stream, spec, [kv.database, kv.table], changes,
+        with lake_write.ChangelogWrite(spark, stream, spec, [kv.database, kv.table], changes, columns,
                                        view_prefix=VIEW_PREFIX) as write:
             write.commit(props_out)
         new = iceberg_table(spark, kv.quoted).currentSnapshot()

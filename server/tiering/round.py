@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tierlake.server.catalog import properties as P
-from tierlake.server.catalog.columns import lake_columns
 from tierlake.server.changelog import lake_write
+from tierlake.server.changelog.lake_schema import Carried
 from tierlake.server.changelog.planner import SOURCE_POSITION, SOURCE_SNAPSHOT, Chunk, Plan
 from tierlake.server.exceptions import FencedEpochError
 from tierlake.server.quality.gate import QualityGate
@@ -81,9 +81,8 @@ def run_round(
     result = RoundResult(end_position=plan.lake_position)
     if plan.empty:
         return result
-    lake_write.sync_lake_schema(spark, plan.stream, plan.lake)
+    columns = lake_write.sync_lake_schema(spark, plan.stream, plan.lake)
     branch = open_branch(spark, plan, table_id, epoch)
-    columns = [c.name for c in lake_columns(spark, plan.stream)]
     gate = QualityGate(spark, plan, table_id, epoch)  # table.datalake.quality (server/quality/gate.py)
     branch_dropped = False
     try:
@@ -152,7 +151,7 @@ def commit_properties(table_id: int, epoch: int, job_id: str, chunk: Chunk) -> d
     }
 
 
-def write_chunk(spark: Any, plan: Plan, chunk: Chunk, branch: str, columns: list[str],
+def write_chunk(spark: Any, plan: Plan, chunk: Chunk, branch: str, columns: list[Carried],
                 properties: dict[str, str], point: Callable[[str], None]) -> None:
     """One chunk as one commit on the branch: a KV snapshot split or a changelog range."""
     target = [plan.lake.database, plan.lake.table, f"branch_{branch}"]

@@ -1,0 +1,56 @@
+"""Which stream column each lake (or KV) column carries, by Iceberg field id.
+
+A stream column keeps its field id through ``RENAME COLUMN``; a column
+dropped and added again gets a new one. The lake table records
+``{stream field id: lake column}`` in its ``tierlake.lake.field-ids``
+property (written when it is created, kept current by
+:func:`tierlake.server.changelog.lake_schema.sync_lake_schema`), so a rename
+is carried to the lake column instead of splitting it in two.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tierlake.server.catalog.properties import LAKE_FIELD_IDS
+from tierlake.server.catalog.spec import CHANGE_TYPE
+from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.runtime.session import iceberg_table
+
+
+def schema_fields(schema: Any) -> dict[int, str]:
+    """An Iceberg ``Schema``'s top-level columns: ``{field id: name}``."""
+    return {int(f.fieldId()): str(f.name()) for f in schema.columns()}
+
+
+def stream_fields(spark: Any, stream: TablePath) -> dict[int, str]:
+    """The stream table's data columns now (no ``_change_type``): ``{field id: name}``."""
+    return {fid: name for fid, name in schema_fields(iceberg_table(spark, stream.quoted).schema()).items()
+            if name.lower() != CHANGE_TYPE}
+
+
+def read(table: Any) -> dict[int, str] | None:
+    """The lake (or KV) Iceberg table's recorded mapping; None when it has none (created before it existed)."""
+    text = dict(table.properties()).get(LAKE_FIELD_IDS)
+    if not text:
+        return None
+    return {int(fid): str(name) for fid, name in json.loads(str(text)).items()}
+
+
+def encode(mapping: dict[int, str]) -> str:
+    return json.dumps({str(fid): name for fid, name in sorted(mapping.items())}, separators=(",", ":"))
+
+
+def record(spark: Any, stream: TablePath, lake: TablePath, names: list[str]) -> None:
+    """Record a new lake table's columns ``names`` as carrying the stream's same-named columns.
+
+    A stream that does not exist yet (a CTAS stages it under another name)
+    records nothing: the first sync maps the columns by name.
+    """
+    if not spark.catalog.tableExists(stream.quoted):
+        return
+    wanted = {n.lower(): n for n in names}
+    mapping = {fid: wanted[name.lower()] for fid, name in stream_fields(spark, stream).items()
+               if name.lower() in wanted}
+    iceberg_table(spark, lake.quoted).updateProperties().set(LAKE_FIELD_IDS, encode(mapping)).commit()
