@@ -72,10 +72,10 @@ change = st.tuples(
     st.sampled_from(["+I", "+U", "-U", "-D", "-D", None]),    # change type (NULL = upsert)
 )
 # Several changes per key per commit; deletes and re-inserts across commits.
-changelogs = st.lists(st.lists(change, min_size=1, max_size=5), min_size=1, max_size=4)
+changelogs = st.lists(st.lists(change, min_size=1, max_size=5), min_size=1, max_size=3)
 
 
-@settings(max_examples=8, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
+@settings(max_examples=6, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(commits=changelogs, sequence_by=st.booleans())
 def test_generated_changelogs_match_the_reference_model(server, workers, hive_cursor, spark, commits, sequence_by):
