@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tierlake.server.catalog.table_path import parse_table_path
 from tierlake.server.catalog.tiered_tables import prepare_existing
+from tierlake.server.changelog import fresh_view
 from tierlake.server.coordinator.registration import (
     STATUS_COLUMNS,
     coordinator,
@@ -84,6 +85,7 @@ def enable_tiering(ctx: Context, table: str):
         ) from e
     lake = prepare_existing(ctx.spark, ctx.config, path)
     state, created = register_table(ctx, path, lake, Status.INITIALIZED)
+    fresh_view.create(ctx.spark, ctx.config, path, lake)
     return [(state.table_id, str(path), f"{state.lake_database}.{state.lake_table}", state.status.value, created)]
 
 
@@ -101,6 +103,7 @@ def disable_tiering(ctx: Context, table: str):
     """
     path = parse_table_path(table, ctx.spark.catalog.currentDatabase())
     found = unregister_table(ctx, path)
+    fresh_view.drop(ctx.spark, ctx.config, path)
     return [(found.table_id, str(path), found.status.value if found.status else None)]
 
 

@@ -43,6 +43,7 @@ LOG_START_PROPERTY = "tierlake.log.start-position"
 STREAM_TABLE_PROPERTY = "tierlake.stream-table"
 KV_OF_PROPERTY = "tierlake.kv-table-of"
 LAKE_FIELD_IDS = "tierlake.lake.field-ids"
+FRESH_VIEW_PROPERTY = "tierlake.fresh-view"
 # ---- Iceberg's own properties tierlake sets ----------------------------------
 FORMAT_VERSION = "format-version"
 WRITE_MERGE_MODE = "write.merge.mode"
@@ -114,6 +115,9 @@ TABLE_PROPERTIES: tuple[Property, ...] = (
     Property(FORMAT_VERSION, "2", "int", "Iceberg format version of stream, lake and KV tables (set unless given)",
              example="'2'", minimum=1, maximum=3),
     Property(LAKE_TABLE_PROPERTY, None, "table", "the stream table's lake table (`<db><suffix>.<table>`)",
+             internal=True),
+    Property(FRESH_VIEW_PROPERTY, None, "table",
+             "the stream table's fresh view (`<db><suffix>.<table>`), re-created after each lake commit",
              internal=True),
     Property(KV_TABLE_PROPERTY, None, "table", "the primary-key stream table's KV table (`sys.kv_…`)", internal=True),
     Property(LOG_START_PROPERTY, "0", "position", "log retention: the changelog is complete after this position",

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from tierlake.server.exceptions import SparkSqlError, SqlSyntaxError, TableExistsError, TierlakeError
 from tierlake.server.gateway.callparse import is_sys_call, parse_call
 from tierlake.server.gateway.ddl import parse_tiered_create, parse_tiering_alter
+from tierlake.server.gateway.fresh_ddl import has_fresh_view, parse_table_change, run_table_change
 from tierlake.server.gateway.protocol import LocalResult, SessionInfo
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.sqlapi.registry import Registry
@@ -64,12 +65,24 @@ class CallHandler:
 
     def wants(self, statement: str) -> bool:
         return (is_sys_call(statement) or parse_tiered_create_safe(statement) is not None
-                or parse_tiering_alter(statement) is not None)
+                or parse_tiering_alter(statement) is not None or self._fresh_view_change(statement) is not None)
+
+    def _fresh_view_change(self, statement: str):
+        """DROP/RENAME of a table with a fresh view (server/gateway/fresh_ddl.py)."""
+        change = parse_table_change(statement)
+        if change is None or not has_fresh_view(self.context_factory(None).spark, change.table):
+            return None
+        return change
 
     def execute(self, statement: str, session: SessionInfo) -> LocalResult:
         if is_sys_call(statement):
             return self.call(statement, user=session.user)
         try:
+            change = self._fresh_view_change(statement)
+            if change is not None:
+                ctx = self.context_factory(session.user)
+                run_table_change(ctx.spark, ctx.config, change, statement)
+                return LocalResult(columns=[("Result", "string")], rows=[])
             if parse_tiering_alter(statement) is not None:
                 return self.alter_tiering(statement, user=session.user)
             return self.create_tiered(statement, user=session.user)
@@ -109,6 +122,7 @@ class CallHandler:
         """``CREATE TABLE … TBLPROPERTIES('table.datalake.enabled'='true')``."""
         from tierlake.server.catalog.properties import validate
         from tierlake.server.catalog.tiered_tables import create_tiered_table
+        from tierlake.server.changelog import fresh_view
         from tierlake.server.coordinator.registration import register_table
         from tierlake.server.coordinator.state_machine import Status
 
@@ -132,6 +146,7 @@ class CallHandler:
             return LocalResult(columns=columns, rows=[])
         lake = create_tiered_table(ctx.spark, ctx.config, create.table, create.columns, create.properties)
         state, _ = register_table(ctx, create.table, lake, Status.NEW)
+        fresh_view.create(ctx.spark, ctx.config, create.table, lake)
         log.info("created tiered table %s (id %d) by %s", create.table, state.table_id, user)
         return LocalResult(columns=columns, rows=[(state.table_id, str(create.table), str(lake), state.status.value)])
 

@@ -113,6 +113,8 @@ SETTINGS: tuple[Setting, ...] = (
        minimum=0, default_doc="`0` (free port)"),
     _s("tierlake.extensions", "", "list", "comma-separated modules to import at start (user procedures and UDFs)"),
     _s("tierlake.lake.database-suffix", "_lake", "str", "lake tables live in `<db><suffix>`"),
+    _s("tierlake.fresh.database-suffix", "_fresh", "str",
+       "fresh views (lake + changes not tiered yet, docs/tiering.md) live in `<db><suffix>`"),
     _s("tierlake.tiering.heartbeat-timeout", "2 min", "duration",
        "a job silent this long loses its tables (`Failed` → `Pending`)"),
     _s("tierlake.tiering.retry-backoff", "5 s", "duration",

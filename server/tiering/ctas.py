@@ -39,6 +39,7 @@ from tierlake.server.catalog.properties import validate
 from tierlake.server.catalog.spec import CHANGE_TYPE, TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.catalog.tiered_tables import create_lake_table, create_stream_table, lake_path, stream_properties
+from tierlake.server.changelog import fresh_view
 from tierlake.server.changelog.planner import plan_round
 from tierlake.server.coordinator.registration import coordinator, find_registered, register_table
 from tierlake.server.coordinator.state_machine import Status
@@ -301,6 +302,7 @@ class TwoPhaseCreate:
             self.journal.advance(self.ctas_id, RENAMED)
             faults.point("ctas-after-rename")
             state, _ = register_table(self.ctx, self.target, self.lake, Status.NEW, tiered_position=self.position)
+            fresh_view.create(self.spark, self.ctx.config, self.target, self.lake)
         try:
             self.journal.finish(self.ctas_id, COMMITTED)
         except Exception:
@@ -480,4 +482,5 @@ def _finish_commit(ctx: Any, row: dict[str, Any]) -> bool:
                         stream, lake)
             return False
     register_table(ctx, stream, lake, Status.NEW, tiered_position=int(row["tiered_position"]))
+    fresh_view.create(spark, ctx.config, stream, lake)
     return True

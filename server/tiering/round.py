@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tierlake.server.catalog import properties as P
-from tierlake.server.changelog import lake_write
+from tierlake.server.changelog import fresh_view, lake_write
 from tierlake.server.changelog.lake_schema import Carried
 from tierlake.server.changelog.planner import SOURCE_POSITION, SOURCE_SNAPSHOT, Chunk, Plan
 from tierlake.server.exceptions import FencedEpochError
@@ -94,6 +94,7 @@ def run_round(
             check_epoch()
             last = index == len(chunks) - 1 or time.monotonic() - started >= max_duration_s
             fast_forward(spark, plan, branch, epoch, drop_branch=last)
+            fresh_view.after_lake_commit(spark, plan)  # re-pin the fresh view to the new lake snapshot
             branch_dropped = last
             point("after-lake-commit")
             result.add(chunk)

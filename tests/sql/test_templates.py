@@ -62,6 +62,22 @@ CASES = {
         stream="shop.orders", location="file:/w/shop_lake.db/orders-0123456789ab")),
     "rename_table": ("templates/rename_table.sql.j2", dict(
         source=["sys", "ctas_0123456789ab_stream"], target=["shop", "or`ders"])),
+    "fresh_view_log": ("templates/fresh_view.sql.j2", dict(
+        view=["shop_fresh", "events"], lake=["shop_lake", "events"], stream=["shop", "events"],
+        entries=["shop", "events", "entries"], columns=[Column("id", "bigint"), Column("note", "string")],
+        stream_columns=["id", None], keys=[], sequence_by=None, change_type=CHANGE_TYPE,
+        lake_snapshot=4242, position=17, comment="fresh view of shop.events")),
+    "fresh_view_pk": ("templates/fresh_view.sql.j2", dict(
+        view=["shop_fresh", "orders"], lake=["shop_lake", "orders"], stream=["shop", "orders"],
+        entries=["shop", "orders", "entries"], columns=[Column("order_id", "bigint"), Column("ts", "timestamp")],
+        stream_columns=["order_id", "ts"], keys=["order_id"], sequence_by="ts", change_type=CHANGE_TYPE,
+        lake_snapshot=4242, position=17, comment="fresh view of shop.orders")),
+    "fresh_view_pk_no_lake_snapshot": ("templates/fresh_view.sql.j2", dict(
+        view=["db_fresh", "t"], lake=["db_lake", "t"], stream=["db", "t"], entries=["db", "t", "entries"],
+        columns=[Column("a", "int"), Column("b", "int"), Column("v", "string")], stream_columns=["a", "b", "v"],
+        keys=["a", "b"], sequence_by=None, change_type=CHANGE_TYPE, lake_snapshot=None, position=0,
+        comment="it's fresh")),
+    "drop_view": ("templates/drop_view.sql.j2", dict(view=["shop_fresh", "or`ders"])),
     "drop_table_purge": ("templates/drop_table.sql.j2", dict(table=["sys", "ctas_0123456789ab_lake"], purge=True)),
     "call_heartbeat": ("templates/call.sql.j2", dict(procedure="heartbeat", arguments={
         "job_id": "j'1", "failed_tables": [{"table_id": 6, "tiering_epoch": 1, "error_message": "a\nb"}],
