@@ -191,15 +191,18 @@ def test_recovery_finishes_a_statement_past_its_first_rename_and_rolls_back_the_
     monkeypatch.setattr(ctas, "_rename", catalog.rename)
     monkeypatch.setattr(ctas, "register_table", catalog.register)
     monkeypatch.setattr(ctas, "remove_everything", catalog.remove)
+    views = []
+    monkeypatch.setattr(ctas.fresh_view, "create", lambda spark, config, stream, lake: views.append(str(stream)))
 
-    (result,) = ctas.recover(type("Ctx", (), {"spark": None})())
+    (result,) = ctas.recover(type("Ctx", (), {"spark": None, "config": None})())
     assert result["state"] == journal.finished["c1"][0] == outcome
     if outcome == "recovered":
         assert catalog.tables == RENAMED and catalog.removed == []
         assert catalog.registered == [("crash.t", "crash_lake.t", 500)]
+        assert views == ["crash.t"]  # the fresh view comes with the recovered table
         assert "registered at start at position 500" in journal.finished["c1"][1]
     else:
-        assert catalog.tables == {} and catalog.registered == []
+        assert catalog.tables == {} and catalog.registered == [] and views == []
         assert "rolled back at start" in journal.finished["c1"][1]
 
 

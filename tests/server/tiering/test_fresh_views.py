@@ -73,7 +73,7 @@ step = st.one_of(st.just("round"), st.lists(change, min_size=1, max_size=4))
 
 @settings(max_examples=3, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(steps=st.lists(step, min_size=2, max_size=5), pk=st.booleans())
+@given(steps=st.lists(step, min_size=2, max_size=4), pk=st.booleans())
 def test_fresh_view_equals_everything_committed_then_the_lake(hive_cursor, spark, steps, pk):
     name = f"t{next(_counter)}_{'pk' if pk else 'log'}"
     table = create(hive_cursor, name, pk)
@@ -126,7 +126,8 @@ def test_no_row_twice_or_missed_while_rounds_commit(hive_cursor, spark):
         t.start()
     seen, rounds_seen = [], set()
     try:
-        while len(seen) < 25 and not stop.is_set():
+        # Until the queries overlapped several lake commits (bounded: a stuck round fails the test below).
+        while (len(rounds_seen) < 4 or len(seen) < 6) and len(seen) < 40 and not stop.is_set():
             floor = written[0]
             ((count, distinct, low, high),) = run(
                 hive_cursor, f"SELECT count(*), count(DISTINCT seq), min(seq), max(seq) FROM {fresh}")
@@ -141,7 +142,7 @@ def test_no_row_twice_or_missed_while_rounds_commit(hive_cursor, spark):
         for t in threads:
             t.join(timeout=300)
     assert not errors, errors
-    assert len(rounds_seen) > 3, "the queries did not overlap with several lake commits"
+    assert len(rounds_seen) >= 4, "the queries did not overlap with several lake commits"
     assert seen == sorted(seen) and seen[-1] > seen[0]
 
 
