@@ -8,7 +8,7 @@ the lake plus the changes committed after the tiered position.
 - rounds committing in a loop while queries run in a loop: a monotone counter
   column is never seen twice and never with a gap;
 - the views are listed by GetTables (what Hive JDBC's getTables sends) and
-  ``SHOW VIEWS``, and go away with the table.
+  ``SHOW VIEWS``, move with a renamed table and go away with the table.
 
 Rounds run in the test's thread (no worker), so "a round at a random moment"
 is a step hypothesis chooses.
@@ -176,7 +176,12 @@ def test_views_are_listed_and_go_away_with_the_table(server, spark, hive_cursor)
     rows = run(hive_cursor, f"SELECT id, v FROM {shop}_fresh.orders ORDER BY id")
     assert [tuple(r) for r in rows] == [(1, 1.0), (2, 2.0)]
 
-    run(hive_cursor, f"DROP TABLE {shop}.orders")
+    run(hive_cursor, f"ALTER TABLE {shop}.orders RENAME TO {shop}.orders2")  # the view moves with it
+    assert _get_tables(server, f"{shop}_fresh") == {"orders2": "VIEW", "events": "VIEW"}
+    rows = run(hive_cursor, f"SELECT id, v FROM {shop}_fresh.orders2 ORDER BY id")
+    assert [tuple(r) for r in rows] == [(1, 1.0), (2, 2.0)]
+
+    run(hive_cursor, f"DROP TABLE {shop}.orders2")
     run(hive_cursor, f"CALL sys.disable_tiering('{shop}.events')")
     assert _get_tables(server, f"{shop}_fresh") == {}
     assert run(hive_cursor, f"SHOW VIEWS IN {shop}_fresh") == []
