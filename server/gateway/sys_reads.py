@@ -69,6 +69,10 @@ QUERY_NODES = frozenset(_PLAN + name for name in (
 )) | frozenset(_ANALYSIS + name for name in (
     "UnresolvedRelation", "UnresolvedHaving", "UnresolvedSubqueryColumnAliases",
 ))
+# Other nodes of plain queries: answered by Spark, but they change nothing.
+OTHER_READ_NODES = frozenset({_PLAN + "OneRowRelation", _PLAN + "UnresolvedHint", _ANALYSIS + "UnresolvedHint",
+                              _ANALYSIS + "UnresolvedTableValuedFunction", _ANALYSIS + "UnresolvedInlineTable",
+                              _PLAN + "Generate", _ANALYSIS + "UnresolvedGenerator"})
 # Unresolved expressions of a query; every other expression must be one of
 # catalyst's own (package ``expressions``) and not a non-deterministic one.
 UNRESOLVED_EXPRESSIONS = frozenset(_ANALYSIS + name for name in (
@@ -161,8 +165,10 @@ def classify(plan_json: str, builtins: frozenset[str], cacheable: Callable[[str]
     if classes & SETTING_NODES:
         return Verdict("settings", names_sys=names_sys)
     plan_classes = {c for c in classes if c.startswith(_PLAN) or c.startswith(_ANALYSIS)} - UNRESOLVED_EXPRESSIONS
-    if not plan_classes or not plan_classes <= QUERY_NODES:
+    if not plan_classes or not plan_classes <= QUERY_NODES | OTHER_READ_NODES:
         return Verdict("other", names_sys=names_sys)
+    if not plan_classes <= QUERY_NODES:
+        return Verdict("read", names_sys=names_sys)
     other_classes = classes - plan_classes - UNRESOLVED_EXPRESSIONS
     if any(not c.startswith(_EXPR) for c in other_classes):
         return Verdict("read", names_sys=names_sys)
