@@ -241,7 +241,11 @@ class SysReads:
         tiered DDL (the inner handler's) and for cacheable sys reads."""
         if self.inner.wants(statement):
             return True  # CALLs and tiered DDL: their sys commits bump the version themselves
-        if not self.enabled:
+        lowered = statement.lower()
+        if not self.enabled or "sys" not in lowered:
+            # Cannot read or name sys: only a SET/RESET matters (Spark's parse decides; "set" is a cheap superset).
+            if self.enabled and "set" in lowered:
+                self.verdict_settings(statement, session)
             return False
         verdict = self.verdict(statement)
         if verdict.kind == "settings":
@@ -250,6 +254,10 @@ class SysReads:
             state_version.bump()  # a hand-made change of sys state, relayed to Spark
         return (verdict.kind == "sys-read" and not session.has_settings
                 and session.session_guid not in self.settings_sessions)
+
+    def verdict_settings(self, statement: str, session: SessionInfo) -> None:
+        if self.verdict(statement).kind == "settings":
+            self.settings_sessions.add(session.session_guid)
 
     def execute(self, statement: str, session: SessionInfo) -> LocalResult:
         if self.inner.wants(statement):
@@ -338,6 +346,7 @@ class SysReads:
             gate = self._filling.setdefault(statement, threading.Lock())
         with gate:
             version = state_version.current()  # before the query: a later commit makes it stale
+            started = time.monotonic()
             result = self._fresh(statement, version)
             if result is not None:
                 self.hits += 1
@@ -346,7 +355,7 @@ class SysReads:
             result = self._run(statement)
             if len(result.rows) <= self.max_rows:
                 with self._lock:
-                    self._entries[statement] = _Entry(version, time.monotonic(), result)
+                    self._entries[statement] = _Entry(version, started, result)
                     self._entries.move_to_end(statement)
                     while len(self._entries) > self.max_entries:
                         self._entries.popitem(last=False)

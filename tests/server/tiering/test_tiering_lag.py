@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from tests.server.tiering.conftest import make_due, run, wait_status, wait_tiered
+from tests.server.tiering.conftest import run, wait_status, wait_tiered
 
 pytestmark = pytest.mark.integration
 
@@ -32,15 +32,16 @@ def test_lag_of_caught_up_lagging_and_failing_tables(server, workers, hive_curso
     run(cur, f"CREATE TABLE {db}.ok (id BIGINT, v STRING) TBLPROPERTIES ("
              "'table.datalake.enabled'='true', 'table.datalake.freshness'='1 s')")
     run(cur, f"CREATE TABLE {db}.slow (id BIGINT, v STRING) TBLPROPERTIES ("
-             "'table.datalake.enabled'='true', 'table.datalake.freshness'='1 h')")
+             "'table.datalake.enabled'='true', 'table.datalake.freshness'='1 s')")
     run(cur, f"CREATE TABLE {db}.bad (id BIGINT, v STRING) TBLPROPERTIES ("
              "'table.datalake.enabled'='true', 'primary-key'='id', 'bucket.num'='1', "
              "'table.datalake.freshness'='2 s')")
     run(cur, f"INSERT INTO {db}.ok VALUES (1, 'a'), (2, 'b')")
     run(cur, f"INSERT INTO {db}.slow VALUES (1, 'a')")
     wait_tiered(server, f"{db}.ok")
-    make_due(server, f"{db}.slow")  # a round now; the next one is an hour away
     wait_tiered(server, f"{db}.slow")
+    run(cur, f"ALTER TABLE {db}.slow SET TBLPROPERTIES ('table.datalake.freshness'='1 h')")
+    wait_status(server, f"{db}.slow", "Scheduled")  # a round in flight has ended; the next is an hour away
     run(cur, f"INSERT INTO {db}.slow VALUES (2, 'b'), (3, 'c')")
     run(cur, f"INSERT INTO {db}.slow VALUES (4, 'd')")
     run(cur, f"INSERT INTO {db}.bad (id, v, _change_type) VALUES (1, 'x', '+X')")  # an unknown change type
