@@ -65,7 +65,7 @@ class SessionInfo:
     protocol_version: int
     client_address: str
     database: str | None = None  # current database, as far as the gateway saw it
-    has_settings: bool = False  # OpenSession carried ``set:`` settings (time zone, …)
+    settings: tuple[str, ...] = ()  # the ``set:…`` keys OpenSession carried (hiveconf, system)
 
 
 @runtime_checkable

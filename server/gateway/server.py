@@ -292,7 +292,7 @@ class _Connection:
                 self.sessions[guid] = SessionInfo(user, guid, response.serverProtocolVersion,
                                                   self.address,
                                                   database.lower() if isinstance(database, str) else None,
-                                                  any(str(k).startswith("set:") for k in configuration))
+                                                  tuple(str(k) for k in configuration if str(k).startswith("set:")))
                 log.debug("session opened for %r from %s (protocol V%d)", user, self.address,
                           response.serverProtocolVersion + 1)
                 self.gateway.session_opened(guid, response.sessionHandle.sessionId.secret)

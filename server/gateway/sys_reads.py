@@ -109,6 +109,13 @@ def _parts(text: Any) -> list[str] | None:
     return [p.lower() for p in body.split(", ")] if body else []
 
 
+def changes_results(settings: tuple[str, ...]) -> bool:
+    """Whether OpenSession's ``set:`` keys may change a query's answer. Hive
+    JDBC sends ``set:hiveconf:hive.server2.thrift.resultset.default.fetch.size``
+    on every connection; ``hive.*`` keys are HiveServer2's, not Spark SQL's."""
+    return any(not key.split(":", 2)[-1].lower().startswith("hive.") for key in settings)
+
+
 @dataclass(frozen=True)
 class Verdict:
     """What Spark's parse of one statement says about it."""
@@ -136,7 +143,10 @@ def _walk(node: Any, found: dict[str, Any]) -> None:
         if cls == _ANALYSIS + "UnresolvedRelation":
             found["relations"].append(_parts(node.get("multipartIdentifier")))
         elif cls == _ANALYSIS + "UnresolvedFunction":
-            found["functions"].append(_parts(node.get("nameParts")))
+            parts = _parts(node.get("nameParts"))
+            if parts == ["unix_timestamp"] and node.get("arguments"):
+                parts = ["unix_timestamp(x)"]  # of an argument, not of the clock
+            found["functions"].append(parts)
         elif cls == _ANALYSIS + "UnresolvedAttribute":
             parts = _parts(node.get("nameParts"))
             if parts and len(parts) == 1 and parts[0] in NONDETERMINISTIC_WORDS:
@@ -184,7 +194,8 @@ def classify(plan_json: str, builtins: frozenset[str], cacheable: Callable[[str]
             return Verdict("read", names_sys=names_sys)
         sys_names.add(parts[1])
     deterministic = not found["nondeterministic"] and all(
-        f is not None and len(f) == 1 and f[0] in builtins and f[0] not in NONDETERMINISTIC_FUNCTIONS
+        f == ["unix_timestamp(x)"]
+        or (f is not None and len(f) == 1 and f[0] in builtins and f[0] not in NONDETERMINISTIC_FUNCTIONS)
         for f in found["functions"])
     if not sys_names or not deterministic:
         return Verdict("read", names_sys=names_sys)
@@ -252,7 +263,7 @@ class SysReads:
             self.settings_sessions.add(session.session_guid)
         if verdict.kind in ("other", "settings") and verdict.names_sys:
             state_version.bump()  # a hand-made change of sys state, relayed to Spark
-        return (verdict.kind == "sys-read" and not session.has_settings
+        return (verdict.kind == "sys-read" and not changes_results(session.settings)
                 and session.session_guid not in self.settings_sessions)
 
     def verdict_settings(self, statement: str, session: SessionInfo) -> None:

@@ -75,6 +75,7 @@ NOT_CACHED = [
     f"SELECT now() AS t, count(*) FROM {S}",
     f"SELECT current_timestamp, count(*) FROM {S}",
     f"SELECT rand() AS r FROM {S}",
+    f"SELECT unix_timestamp() AS t FROM {S}",
     "SELECT * FROM sys.lake_tiering_lag",
     "SELECT * FROM sys.kv_snapshot_leases",
     "SELECT count(*) FROM sys.tiering_tables.snapshots",

@@ -110,7 +110,10 @@ def test_relayed_writes_of_sys_bump_the_version_and_settings_bypass():
     assert not reads.wants_for(Q, SESSION)  # this session's results would render differently
     other = SessionInfo("u", b"h" * 16, 9, "127.0.0.1:1")
     assert reads.wants_for(Q, other)
-    assert not reads.wants_for(Q, SessionInfo("u", b"i" * 16, 9, "127.0.0.1:1", has_settings=True))
+    tz = ("set:hiveconf:spark.sql.session.timeZone",)
+    assert not reads.wants_for(Q, SessionInfo("u", b"i" * 16, 9, "127.0.0.1:1", settings=tz))
+    jdbc = ("set:hiveconf:hive.server2.thrift.resultset.default.fetch.size",)  # every Hive JDBC connection
+    assert reads.wants_for(Q, SessionInfo("u", b"j" * 16, 9, "127.0.0.1:1", settings=jdbc))
     reads.session_closed(SESSION.session_guid)
     assert reads.wants_for(Q, SESSION)
 
