@@ -31,8 +31,9 @@ same text, as long as that state has not changed since:
   coordinator, leases, KV catalog, CTAS journal, quality results: all
   through ``SmallTable``; the tiering service in other processes reaches the
   coordinator through ``CALL sys.*``, which runs here) and whenever a
-  statement naming a ``sys`` object that is not a read is seen (an admin's
-  hand-made change). An entry is served only at the version it was computed
+  statement that is not a query and whose text mentions ``sys`` is relayed
+  (an admin's hand-made change; Iceberg's ``CALL spark_catalog.system.…``
+  naming a sys table in a string). An entry is served only at the version it was computed
   at, so a status read never misses a committed coordinator change. Writers
   this process cannot see (another Spark application writing ``sys``
   tables directly) are bounded by ``tierlake.gateway.status-cache.max-age``.
@@ -261,8 +262,11 @@ class SysReads:
         verdict = self.verdict(statement)
         if verdict.kind == "settings":
             self.settings_sessions.add(session.session_guid)
-        if verdict.kind in ("other", "settings") and verdict.names_sys:
-            state_version.bump()  # a hand-made change of sys state, relayed to Spark
+        if verdict.kind == "other":
+            # Not a query and its text mentions sys (an admin's change, or Iceberg's CALL
+            # spark_catalog.system.rollback_to_snapshot('sys.…', …) naming a table in a string):
+            # whatever it changes, cached answers are not reused after it.
+            state_version.bump()
         return (verdict.kind == "sys-read" and not changes_results(session.settings)
                 and session.session_guid not in self.settings_sessions)
 

@@ -102,7 +102,7 @@ def test_max_age_bounds_what_outside_writers_could_make_stale():
 def test_relayed_writes_of_sys_bump_the_version_and_settings_bypass():
     reads = _Reads(max_age_s=60)
     before = state_version.current()
-    assert not reads.wants_for("INSERT INTO shop.orders VALUES (1)", SESSION)
+    assert not reads.wants_for("INSERT INTO shop.orders VALUES (1)", SESSION)  # cannot name sys: not even parsed
     assert state_version.current() == before
     assert not reads.wants_for("DROP TABLE sys.tiering_backlog", SESSION)
     assert state_version.current() != before
