@@ -1,6 +1,10 @@
 """A gateway-owned HiveServer2 client session on the internal Spark Thrift
 Server: runs one statement and returns Spark's result-set schema and rows,
-as the status-read cache (:mod:`server.gateway.sys_reads`) keeps them."""
+as the status-read cache (:mod:`server.gateway.sys_reads`) keeps them.
+
+It connects the way the gateway's own backend link does (plain NOSASL over
+loopback); if the internal server ever requires a per-process secret, this
+link must present it too."""
 
 from __future__ import annotations
 
