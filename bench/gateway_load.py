@@ -45,7 +45,7 @@ class LoadResult:
                 f"p99 {self.percentile(0.99) * 1000:.0f} ms")
 
 
-def run_clients(connect, clients: int, statements: int) -> LoadResult:
+def run_clients(connect, clients: int, statements: int, queries: tuple[str, ...] = QUERIES) -> LoadResult:
     """``clients`` threads, each its own ``connect()``ion, ``statements`` queries each."""
     result = LoadResult()
     lock = threading.Lock()
@@ -67,7 +67,7 @@ def run_clients(connect, clients: int, statements: int) -> LoadResult:
         for i in range(statements):
             t = time.perf_counter()
             try:
-                cursor.execute(QUERIES[(n + i) % len(QUERIES)])
+                cursor.execute(queries[(n + i) % len(queries)])
                 cursor.fetchall()
             except Exception as e:  # noqa: BLE001
                 with lock:
@@ -125,7 +125,12 @@ def main() -> None:
     parser.add_argument("--statements", type=int, default=20)
     parser.add_argument("--tables", type=int, default=4)
     parser.add_argument("--auth", action="store_true", help="password file on: every statement is classified")
+    parser.add_argument("--status", action="store_true",
+                        help="the status-view benchmark: idle, while tiering, and on Spark Thrift Server directly")
     args = parser.parse_args()
+    if args.status:
+        status_main(args)
+        return
 
     import tempfile
 
@@ -165,6 +170,67 @@ def main() -> None:
         print(result.summary())
         for failure in result.failures[:10]:
             print("  " + failure)
+    finally:
+        server.stop()
+
+
+STATUS_QUERY = ("SELECT * FROM sys.lake_tiering_status",)
+
+
+def status_main(args) -> None:
+    """Status reads as dashboards make them: one client alone, then ``--clients``
+    x ``--statements`` of ``SELECT * FROM sys.lake_tiering_status`` with
+    tiering idle (tables registered, no worker) and while ``--tables`` tables
+    tier (two workers, a feeder), each through the gateway and against the
+    internal Spark Thrift Server directly (every query a Spark job)."""
+    from pyhive import hive
+
+    from bench.common import start_server
+    from tierlake.server.tiering.worker import start_workers
+
+    server = start_server(**{"tierlake.tiering.workers": "0", "tierlake.tiering.poll-interval": "0.2 s",
+                             "tierlake.coordinator.interval": "1 s"})
+    port, sts = server.gateway.port, server.thrift_port
+
+    def gateway(n: int):
+        return hive.connect("127.0.0.1", port, username=f"client{n}")
+
+    def direct(n: int):
+        return hive.connect("127.0.0.1", sts, username=f"client{n}", auth="NOSASL")
+
+    rows = []
+    try:
+        admin = gateway(0).cursor()
+        tables = create_tiered_tables(admin, "load", args.tables)
+        time.sleep(3)  # the scheduler has moved them to Pending; no worker: nothing changes
+        for label, connect in (("gateway", gateway), ("Spark Thrift Server directly", direct)):
+            rows.append((f"1 client x 50, idle, {label}", run_clients(connect, 1, 50, STATUS_QUERY)))
+            rows.append((f"{args.clients} clients x {args.statements}, idle, {label}",
+                         run_clients(connect, args.clients, args.statements, STATUS_QUERY)))
+        feeder = Feeder(server.spark, tables)
+        feeder.start()
+        workers = start_workers(server, 2)
+        time.sleep(5)  # rounds under way before the clients start
+        for label, connect in (("gateway", gateway), ("Spark Thrift Server directly", direct)):
+            rows.append((f"{args.clients} clients x {args.statements}, {args.tables} tables tiering, {label}",
+                         run_clients(connect, args.clients, args.statements, STATUS_QUERY)))
+        feeder.stop()
+        for worker in workers:
+            worker.stop()
+        for worker in workers:
+            worker.join(timeout=120)
+        admin.execute("SELECT count(*) FROM sys.tiering_rounds WHERE database_name = 'load'")
+        rounds = admin.fetchall()[0][0]
+        handler = server.gateway.handler
+        print(f"status reads: {STATUS_QUERY[0]}; {rounds} rounds tiered; "
+              f"gateway cache {handler.hits} hits / {handler.misses} Spark queries")
+        print("| run | statements | failed | statements/s | p50 | p99 |")
+        print("|---|---|---|---|---|---|")
+        for label, r in rows:
+            print(f"| {label} | {r.statements} | {len(r.failures)} | {r.statements / r.elapsed:.1f} | "
+                  f"{r.percentile(0.5) * 1000:.0f} ms | {r.percentile(0.99) * 1000:.0f} ms |")
+            for failure in r.failures[:5]:
+                print("  " + failure)
     finally:
         server.stop()
 

@@ -96,6 +96,7 @@ class Server:
         self.coordinator: Coordinator | None = None
         self.workers: list = []
         self.kv_maintenance: Any = None
+        self.backlog_probe: Any = None
         self.metastore_uri: str | None = None
         self._lock = HomeLock(config.home)
         self._stopped = threading.Event()
@@ -121,7 +122,7 @@ class Server:
             load_extensions(self.config)
             self.thrift_port = self.config.int("tierlake.thrift.internal-port") or free_port()
             # Built (not started) before Spark: a bad password file or certificate fails fast.
-            self.gateway = gateway_from_config(self.config, CallHandler(self.registry, self.context),
+            self.gateway = gateway_from_config(self.config, self._handler(),
                                                self.thrift_port, self.registry,
                                                on_session_opened=self._session_opened)
             self.spark = build_spark(self.config, self.thrift_port)
@@ -136,6 +137,12 @@ class Server:
             self.coordinator = Coordinator(self.spark, self.config)
             self._recover_ctas()
             self.coordinator.start_ticker(self.config.duration("tierlake.coordinator.interval"))
+            from tierlake.server.tiering.backlog import BacklogProbe
+
+            self.backlog_probe = BacklogProbe(self.spark, self.coordinator)
+            probe_every = self.config.duration("tierlake.tiering.lag-probe-interval").total_seconds()
+            if probe_every > 0:
+                self.backlog_probe.start(probe_every)
             self.thrift_server = start_thrift_server(self.spark)
             metastore_port = self.config.int("tierlake.metastore.port")
             if metastore_port is not None:
@@ -163,6 +170,15 @@ class Server:
             log.warning("unfinished CREATE TABLE %s.%s AS SELECT (%s) from the previous run: %s",
                         outcome["database_name"], outcome["table_name"], outcome["ctas_id"], outcome["state"])
 
+    def _handler(self) -> Any:
+        """CALLs and tiered DDL, behind the gateway's cache of sys reads."""
+        from tierlake.server.gateway.sys_reads import SysReads
+
+        return SysReads(CallHandler(self.registry, self.context), lambda: self.spark,
+                        lambda: ("127.0.0.1", self.thrift_port),
+                        max_age_s=self.config.duration("tierlake.gateway.status-cache.max-age").total_seconds(),
+                        enabled=self.config.flag("tierlake.gateway.status-cache"))
+
     def _session_opened(self, guid: bytes, secret: bytes) -> None:
         """Every JDBC session is its own SparkSession: give it the UDFs before its client can use it."""
         if self.thrift_server is not None:
@@ -186,6 +202,7 @@ class Server:
             ("tiering workers", self._stop_workers),
             ("gateway", lambda: self.gateway and self.gateway.stop()),
             ("scheduler", lambda: self.coordinator and self.coordinator.stop()),
+            ("backlog probe", lambda: self.backlog_probe and self.backlog_probe.stop()),
             ("thrift server", lambda: self.thrift_server and self.thrift_server.stop()),
             ("spark", lambda: self.spark and self.spark.stop()),
         ):

@@ -65,6 +65,7 @@ class SessionInfo:
     protocol_version: int
     client_address: str
     database: str | None = None  # current database, as far as the gateway saw it
+    settings: tuple[str, ...] = ()  # the ``set:…`` keys OpenSession carried (hiveconf, system)
 
 
 @runtime_checkable

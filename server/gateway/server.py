@@ -10,6 +10,7 @@ decoded.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 import ssl
@@ -290,7 +291,8 @@ class _Connection:
                 database = configuration.get("use:database")
                 self.sessions[guid] = SessionInfo(user, guid, response.serverProtocolVersion,
                                                   self.address,
-                                                  database.lower() if isinstance(database, str) else None)
+                                                  database.lower() if isinstance(database, str) else None,
+                                                  tuple(str(k) for k in configuration if str(k).startswith("set:")))
                 log.debug("session opened for %r from %s (protocol V%d)", user, self.address,
                           response.serverProtocolVersion + 1)
                 self.gateway.session_opened(guid, response.sessionHandle.sessionId.secret)
@@ -307,6 +309,9 @@ class _Connection:
         reply = self._relay(msg)
         if guid is not None:
             self.sessions.pop(guid, None)
+            closed = getattr(self.gateway.handler, "session_closed", None)
+            if closed is not None:
+                closed(guid)
             for op_guid in [g for g, op in self.operations.items() if op.session_guid == guid]:
                 self.operations.pop(op_guid).control.cancel()
         return reply.data
@@ -339,7 +344,9 @@ class _Connection:
         if database is not None:
             return self._relay_use(msg, session, database)
         try:
-            wanted = self.gateway.handler.wants(statement)
+            # A handler that needs the session (the sys read cache) decides with it.
+            wants_for = getattr(self.gateway.handler, "wants_for", None)
+            wanted = wants_for(statement, session) if wants_for else self.gateway.handler.wants(statement)
         except Exception as exc:
             log.exception("handler.wants failed for %r", statement[:200])
             return self._error_reply(msg, f"Internal error: {_describe(exc)}")
@@ -387,7 +394,7 @@ class _Connection:
             if not isinstance(result, LocalResult):
                 raise TypeError(f"handler returned {type(result).__name__}, not LocalResult")
             parse_columns(result.columns)  # unsupported types fail the statement, not a fetch
-            op.result = LocalResult(list(result.columns), list(result.rows))
+            op.result = dataclasses.replace(result, columns=list(result.columns), rows=list(result.rows))
             log.debug("local statement from %s returned %d rows", self.address, len(op.result.rows))
         except TierlakeError as exc:
             log.info("local statement failed (%s): %s", exc.sqlstate, exc.message)
@@ -428,7 +435,7 @@ class _Connection:
         if pending is not None:
             return pending
         return self._reply(msg, ttypes.TGetResultSetMetadataResp(
-            status=ok_status(), schema=table_schema(op.result.columns)))
+            status=ok_status(), schema=getattr(op.result, "schema", None) or table_schema(op.result.columns)))
 
     def _fetch_results(self, msg: RawMessage) -> bytes | None:
         request, op = self._local_operation(msg)

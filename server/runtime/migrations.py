@@ -20,6 +20,7 @@ from typing import Any
 
 from tierlake import sql
 from tierlake.server.exceptions import MigrationError
+from tierlake.server.runtime import state_version
 
 log = logging.getLogger("tierlake.migrations")
 
@@ -151,4 +152,5 @@ def refresh_procedure_catalog(spark: Any, registry: Any) -> int:
     roles = [(p.qualified_name, p.role) for p in registry]
     role_schema = StructType([StructField("name", StringType()), StructField("role", StringType())])
     spark.createDataFrame(roles, role_schema).writeTo("sys.procedure_roles").overwritePartitions()
+    state_version.bump()
     return len(rows)

@@ -12,6 +12,7 @@ from typing import Any
 
 from tierlake import sql
 from tierlake.server.exceptions import ConcurrentUpdateError
+from tierlake.server.runtime import state_version
 from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.coordinator")
@@ -88,7 +89,10 @@ class SmallTable:
         if base is not None:
             writer = writer.option("validate-from-snapshot-id", str(base)).option("isolation-level", "serializable")
         self._cache = None
-        writer.overwrite(F.lit(True))
+        try:
+            writer.overwrite(F.lit(True))
+        finally:
+            state_version.bump()  # even a failed commit may have landed (commit state unknown)
 
     def update(self, change: Callable[[list[dict[str, Any]]], tuple[Any, bool]]) -> Any:
         """Optimistic read-modify-write: ``change(rows)`` edits the rows in place
@@ -111,4 +115,7 @@ class SmallTable:
     def append(self, rows: list[dict[str, Any]]) -> None:
         if rows:
             self._cache = None
-            self._frame(rows).writeTo(self.name).append()
+            try:
+                self._frame(rows).writeTo(self.name).append()
+            finally:
+                state_version.bump()

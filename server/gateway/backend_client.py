@@ -1,0 +1,104 @@
+"""A gateway-owned HiveServer2 client session on the internal Spark Thrift
+Server: runs one statement and returns Spark's result-set schema and rows,
+as the status-read cache (:mod:`server.gateway.sys_reads`) keeps them.
+
+It connects the way the gateway's own backend link does (plain NOSASL over
+loopback); if the internal server ever requires a per-process secret, this
+link must present it too."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from TCLIService import TCLIService, ttypes
+from thrift.protocol import TBinaryProtocol
+from thrift.transport import TSocket, TTransport
+
+from tierlake.server.exceptions import SparkSqlError
+
+PROTOCOL = ttypes.TProtocolVersion.HIVE_CLI_SERVICE_PROTOCOL_V10
+FETCH_ROWS = 10_000
+_OK = (ttypes.TStatusCode.SUCCESS_STATUS, ttypes.TStatusCode.SUCCESS_WITH_INFO_STATUS)
+# The Thrift column Spark filled → the LocalResult type that encodes it the same way.
+_KINDS = {"boolVal": "boolean", "byteVal": "tinyint", "i16Val": "smallint", "i32Val": "int",
+          "i64Val": "bigint", "doubleVal": "double", "stringVal": "string", "binaryVal": "binary"}
+# For an empty result (no column values to look at): Spark's type ids.
+_TYPE_KINDS = {ttypes.TTypeId.BOOLEAN_TYPE: "boolean", ttypes.TTypeId.TINYINT_TYPE: "tinyint",
+               ttypes.TTypeId.SMALLINT_TYPE: "smallint", ttypes.TTypeId.INT_TYPE: "int",
+               ttypes.TTypeId.BIGINT_TYPE: "bigint", ttypes.TTypeId.FLOAT_TYPE: "double",
+               ttypes.TTypeId.DOUBLE_TYPE: "double", ttypes.TTypeId.BINARY_TYPE: "binary"}
+
+
+def _check(status: Any) -> None:
+    if status.statusCode not in _OK:
+        raise SparkSqlError(status.errorMessage or "statement failed", status.sqlState or "XX000")
+
+
+def _is_null(bitmap: bytes, i: int) -> bool:
+    return i // 8 < len(bitmap) and bool(bitmap[i // 8] & (1 << (i % 8)))
+
+
+def decode_columns(row_set: Any) -> tuple[list[str], list[tuple]]:
+    """(LocalResult kinds, rows) of a columnar TRowSet (protocol V6+)."""
+    kinds, columns = [], []
+    for column in row_set.columns or []:
+        attr = next(a for a in _KINDS if getattr(column, a) is not None)
+        values = getattr(column, attr)
+        nulls = values.nulls or b""
+        kinds.append(_KINDS[attr])
+        columns.append([None if _is_null(nulls, i) else v for i, v in enumerate(values.values)])
+    return kinds, list(zip(*columns, strict=True)) if columns else []
+
+
+def schema_kinds(schema: Any) -> list[str]:
+    return [_TYPE_KINDS.get(c.typeDesc.types[0].primitiveEntry.type, "string") for c in schema.columns]
+
+
+class BackendClient:
+    """One NOSASL connection and session; not thread-safe (pooled by the caller)."""
+
+    def __init__(self, host: str, port: int, timeout_s: float = 600.0):
+        socket = TSocket.TSocket(host, port)
+        socket.setTimeout(timeout_s * 1000)
+        self.transport = TTransport.TBufferedTransport(socket)
+        self.transport.open()
+        self.client = TCLIService.Client(TBinaryProtocol.TBinaryProtocol(self.transport))
+        response = self.client.OpenSession(ttypes.TOpenSessionReq(
+            client_protocol=PROTOCOL, username="tierlake-gateway", configuration={}))
+        _check(response.status)
+        self.session = response.sessionHandle
+
+    def run(self, statement: str) -> tuple[Any, list[tuple[str, str]], list[tuple]]:
+        """(TTableSchema as Spark sent it, [(name, kind)], rows)."""
+        response = self.client.ExecuteStatement(ttypes.TExecuteStatementReq(
+            sessionHandle=self.session, statement=statement, runAsync=False))
+        _check(response.status)
+        handle = response.operationHandle
+        try:
+            meta = self.client.GetResultSetMetadata(ttypes.TGetResultSetMetadataReq(operationHandle=handle))
+            _check(meta.status)
+            kinds, rows = schema_kinds(meta.schema), []
+            while True:
+                fetched = self.client.FetchResults(ttypes.TFetchResultsReq(
+                    operationHandle=handle, orientation=ttypes.TFetchOrientation.FETCH_NEXT, maxRows=FETCH_ROWS))
+                _check(fetched.status)
+                batch_kinds, batch = decode_columns(fetched.results)
+                if batch_kinds:
+                    kinds = batch_kinds
+                rows.extend(batch)
+                if not batch:
+                    break
+        finally:
+            try:
+                self.client.CloseOperation(ttypes.TCloseOperationReq(operationHandle=handle))
+            except Exception:  # noqa: BLE001 - the result is complete; a lost close only leaks an operation
+                pass
+        names = [c.columnName for c in meta.schema.columns]
+        return meta.schema, list(zip(names, kinds, strict=True)), rows
+
+    def close(self) -> None:
+        try:
+            self.client.CloseSession(ttypes.TCloseSessionReq(sessionHandle=self.session))
+        except Exception:  # noqa: BLE001 - closing anyway
+            pass
+        self.transport.close()
