@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tierlake.server.exceptions import SqlSyntaxError
+from tierlake.server.exceptions import PermissionDeniedError, SqlSyntaxError
 from tierlake.server.sqlapi import roles as R
 
 SYS_DATABASE = "sys"
@@ -176,13 +176,20 @@ def parse_plan(jsession: Any, text: str, max_nodes: int = MAX_PLAN_NODES) -> Pla
     parse (nothing runs then)."""
     from py4j.protocol import Py4JJavaError
     from pyspark import SparkContext
+    from pyspark.errors.exceptions.captured import CapturedException, ParseException
 
     try:
         jplan = jsession.sessionState().sqlParser().parsePlan(text)
+    except ParseException as exc:
+        raise SqlSyntaxError(str(exc).strip()) from None
+    except (CapturedException, Py4JJavaError) as exc:
+        if "ParseException" in str(exc)[:200] or "ParseException" in type(exc).__name__:
+            raise SqlSyntaxError(str(exc).strip()) from None
+        raise
+    try:
         return decode(SparkContext._jvm.io.tierlake.internal.PlanWalker.describe(jplan, max_nodes))
-    except Py4JJavaError as exc:
-        message = str(exc.java_exception.getMessage() or exc.java_exception.toString())
-        raise SqlSyntaxError(message.strip()) from None
+    except (CapturedException, Py4JJavaError) as exc:
+        raise PermissionDeniedError(f"permission denied: the statement's plan cannot be checked ({exc})") from None
 
 
 def function_names(jsession: Any) -> frozenset[str]:

@@ -161,6 +161,9 @@ def start_thrift_server(spark: Any, secret: str) -> Any:
     only login is ``secret`` (kept in the JVM, not in any setting)."""
     jvm = spark.sparkContext._jvm
     jvm.io.tierlake.internal.SecretAuthenticator.setSecret(secret)
+    # Hive's PLAIN callback looks the provider class up in a fresh HiveConf,
+    # which sees system properties but not Spark's Hadoop settings.
+    jvm.java.lang.System.setProperty("hive.server2.custom.authentication.class", SECRET_AUTHENTICATOR)
     server = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(
         spark._jsparkSession.sqlContext()
     )
