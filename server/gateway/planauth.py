@@ -49,7 +49,7 @@ READER_NODES = frozenset({
     "UnresolvedNamespace", "UnresolvedTable", "UnresolvedTableOrView", "UnresolvedView",
     "UnresolvedFunctionName", "CurrentNamespace", "ShowCreateTableCommand",
     # session
-    "SetCatalogAndNamespace", "SetCommand", "ResetCommand", "ExplainCommand",
+    "SetCatalogAndNamespace", "SetNamespaceCommand", "SetCommand", "ResetCommand", "ExplainCommand",
     "CacheTable", "CacheTableAsSelect", "UncacheTable",
 })
 # Row changes a writer may make (into catalog tables outside sys).
