@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from typing import Any
 
 from tierlake.server.exceptions import PermissionDeniedError, StatementTooLargeError, TierlakeError
@@ -27,6 +28,7 @@ from tierlake.server.gateway import planauth
 from tierlake.server.gateway.callparse import is_sys_call, parse_call
 from tierlake.server.gateway.passwords import PasswordFile
 from tierlake.server.gateway.planauth import Requirement
+from tierlake.server.runtime.functions import _cli_service
 from tierlake.server.sqlapi import roles as R
 from tierlake.server.sqlapi.registry import default as default_registry
 
@@ -74,10 +76,6 @@ class SparkSessions:
             cached = self._sessions.get(guid)
         if cached is not None:
             return cached
-        import uuid
-
-        from tierlake.server.runtime.functions import _cli_service
-
         jvm = self.spark.sparkContext._jvm
         manager = _cli_service(self.thrift_server).getSessionManager().getOperationManager()
         ident = jvm.org.apache.hive.service.cli.HandleIdentifier(

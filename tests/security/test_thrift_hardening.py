@@ -116,7 +116,8 @@ def test_requests_the_stubs_cannot_decode_are_refused(auth_gateway, spark, canar
     for request in (
         bad,
         # ... in confOverlay
-        execute_args(session, "SELECT 1", {"spark.sql.ansi.enabled": "PLACEHOLDER"}).replace(b"PLACEHOLDER", b"\xff" * 11),
+        execute_args(session, "SELECT 1", {"spark.sql.ansi.enabled": "PLACEHOLDER"}).replace(
+            b"PLACEHOLDER", b"\xff" * 11),
         # an unknown field in the request struct, and in the arguments struct
         data[:-2] + b"\x0b\x00\x63" + struct.pack(">I", 4) + b"DROP" + data[-2:],
         data[:-1] + b"\x0b\x00\x63" + struct.pack(">I", 4) + b"DROP" + data[-1:],
@@ -161,7 +162,8 @@ def test_allowed_session_configuration_and_the_current_database_from_spark(auth_
                                  "set:hiveconf:hive.server2.thrift.resultset.default.fetch.size": "1000"})
     assert response.status.statusCode == ttypes.TStatusCode.SUCCESS_STATUS
     # The database is Spark's session's, however it was named: an unqualified write lands in sys.
-    _, result = raw.call(execute_args(response.sessionHandle, "INSERT INTO tiering_tables SELECT * FROM tiering_tables"))
+    insert = "INSERT INTO tiering_tables SELECT * FROM tiering_tables"
+    _, result = raw.call(execute_args(response.sessionHandle, insert))
     assert result.status.sqlState == "42501" and "on sys tables" in result.status.errorMessage
     _, result = raw.call(execute_args(response.sessionHandle, "SELECT 1", {"spark.sql.extensions": "x"}))
     assert result.status.sqlState == "42501" and "confOverlay" in result.status.errorMessage
