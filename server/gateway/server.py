@@ -373,9 +373,13 @@ class _Connection:
             statement = request.statement
             session = self.sessions.get(request.sessionHandle.sessionId.guid)
         except Exception:  # noqa: BLE001 - an undecodable request is the backend's to answer
+            if self._checked:  # (already refused by the strict decoding; never relay it unchecked)
+                return self._error_reply(msg, "request refused: the gateway cannot decode it", "08P01")
             return None
         authorizer = self.gateway.authorizer
         if not isinstance(statement, str):
+            if self._checked:
+                return self._error_reply(msg, "request refused: ExecuteStatement without a statement", "08P01")
             return None
         if session is None:
             if authorizer is not None and authorizer.enabled:
