@@ -103,7 +103,7 @@ class SparkSessions:
     def functions(self, jsession: Any, wanted: set[str]) -> frozenset[str]:
         """Known function names; re-read (at most every 10 s) when one of
         ``wanted`` is missing, so UDFs registered later are found."""
-        if wanted - self._functions and time.monotonic() - self._functions_at > 10:
+        if not self._functions or (wanted - self._functions and time.monotonic() - self._functions_at > 10):
             self._functions = planauth.function_names(jsession)
             self._functions_at = time.monotonic()
         return self._functions
@@ -158,6 +158,8 @@ class Authorizer:
             session.database = database
         functions = {n.seqs[0][-1].lower() for n in plan.nodes.values()
                      if n.name == "UnresolvedFunction" and n.seqs and n.seqs[0]}
+        functions |= {n.strings[0].lower() for n in plan.nodes.values()
+                      if n.name == "UnresolvedGenerator" and n.strings}
         return planauth.requirement(plan, database, self.sessions.functions(jsession, functions))
 
     def check(self, user: str | None, statement: str, session: Any = None) -> None:

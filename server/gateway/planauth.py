@@ -262,7 +262,7 @@ def _function_requirement(parts: list[str], builtins: frozenset[str]) -> Require
         return Requirement(R.ADMIN, f"the function {'.'.join(parts)}")
     if fname in JVM_FUNCTIONS:
         return Requirement(R.ADMIN, f"{fname} (JVM reflection)")
-    if builtins and fname not in builtins:
+    if fname not in builtins:
         return Requirement(R.ADMIN, f"the function {fname}")
     return Requirement(R.READER, "SELECT")
 
@@ -345,8 +345,8 @@ def _what(root: Node) -> str:
 def requirement(plan: Plan, current_db: str | None, builtins: frozenset[str] = frozenset()) -> Requirement:
     """The least role that may run ``plan`` with ``current_db`` as the
     session's current database (for unqualified names). ``builtins``: the
-    function names any reader may call (empty: only the reflection
-    functions are refused)."""
+    function names any reader may call (built-ins and the session's UDFs);
+    any other function needs ``admin``."""
     db = (current_db or "default").lower()
     need = Requirement(R.READER, _what(plan.root))
     for node in plan.nodes.values():
