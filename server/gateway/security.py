@@ -29,6 +29,7 @@ def start_tls(sock: socket.socket, context: ssl.SSLContext, deadline: float) -> 
     """The server side of the TLS handshake, done by ``deadline``
     (``time.monotonic()``) however slowly the client's bytes arrive: the
     handshake runs non-blocking and waits only for what is left."""
+    tls = None
     try:
         tls = context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
         tls.setblocking(False)
@@ -45,8 +46,11 @@ def start_tls(sock: socket.socket, context: ssl.SSLContext, deadline: float) -> 
                 raise TlsError("TLS handshake timed out")
         tls.setblocking(True)
         return tls
-    except (ssl.SSLError, OSError) as exc:
-        raise TlsError(f"{type(exc).__name__}: {exc}") from None
+    except (ssl.SSLError, OSError, TlsError) as exc:
+        # wrap_socket took the socket over: closing the caller's does nothing.
+        if tls is not None:
+            tls.close()
+        raise TlsError(str(exc) if isinstance(exc, TlsError) else f"{type(exc).__name__}: {exc}") from None
 
 
 def refuse_nosasl(sock: socket.socket, prefix: bytes, timeout: float) -> bool:
