@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import secrets
 import threading
 import time
 from typing import Any
@@ -31,7 +32,7 @@ log = logging.getLogger("tierlake.server")
 
 
 def gateway_from_config(config: Config, handler: Any, backend_port: int, registry: Any = None,
-                        on_session_opened: Any = None):
+                        on_session_opened: Any = None, backend_secret: str | None = None):
     """The gateway as configured: auth mode, password file (roles), TLS."""
     import ipaddress
     import ssl
@@ -46,7 +47,8 @@ def gateway_from_config(config: Config, handler: Any, backend_port: int, registr
     if password_file and auth == "NOSASL":
         raise ConfigError("tierlake.gateway.auth=NOSASL cannot check passwords; "
                           "use PLAIN with tierlake.gateway.password-file")
-    authorizer = Authorizer(PasswordFile(password_file) if password_file else None, registry)
+    authorizer = Authorizer(PasswordFile(password_file) if password_file else None, registry,
+                            config.int("tierlake.gateway.max-statement-size"))
     if not password_file:
         try:
             loopback = ipaddress.ip_address(host).is_loopback
@@ -67,7 +69,10 @@ def gateway_from_config(config: Config, handler: Any, backend_port: int, registr
     try:
         return Gateway(host=host, port=config.int("tierlake.gateway.port"), backend_host="127.0.0.1",
                        backend_port=backend_port, handler=handler, auth=auth, authorizer=authorizer,
-                       ssl_context=context, on_session_opened=on_session_opened)
+                       ssl_context=context, on_session_opened=on_session_opened,
+                       handshake_timeout=config.seconds("tierlake.gateway.handshake-timeout"),
+                       max_request_size=config.int("tierlake.gateway.max-request-size"),
+                       backend_secret=backend_secret)
     except ValueError as e:
         raise ConfigError(str(e)) from None
 
@@ -93,6 +98,8 @@ class Server:
         self.gateway: Any = None
         self.thrift_server: Any = None
         self.thrift_port: int | None = None
+        # The internal Spark Thrift Server's only password (the gateway's).
+        self.internal_secret = secrets.token_urlsafe(32)
         self.coordinator: Coordinator | None = None
         self.workers: list = []
         self.kv_maintenance: Any = None
@@ -124,7 +131,8 @@ class Server:
             # Built (not started) before Spark: a bad password file or certificate fails fast.
             self.gateway = gateway_from_config(self.config, self._handler(),
                                                self.thrift_port, self.registry,
-                                               on_session_opened=self._session_opened)
+                                               on_session_opened=self._session_opened,
+                                               backend_secret=self.internal_secret)
             self.spark = build_spark(self.config, self.thrift_port)
             log.info("SQL functions: %s", ", ".join(sql_functions.functions.register_into(self.spark)) or "none")
             applied = migrations.migrate(self.spark)
@@ -143,7 +151,10 @@ class Server:
             probe_every = self.config.duration("tierlake.tiering.lag-probe-interval").total_seconds()
             if probe_every > 0:
                 self.backlog_probe.start(probe_every)
-            self.thrift_server = start_thrift_server(self.spark)
+            self.thrift_server = start_thrift_server(self.spark, self.internal_secret)
+            from tierlake.server.gateway.authz import SparkSessions
+
+            self.gateway.authorizer.attach(SparkSessions(self.spark, self.thrift_server))
             metastore_port = self.config.int("tierlake.metastore.port")
             if metastore_port is not None:
                 port = start_metastore_service(self.spark, self.config, metastore_port)
@@ -175,7 +186,7 @@ class Server:
         from tierlake.server.gateway.sys_reads import SysReads
 
         return SysReads(CallHandler(self.registry, self.context), lambda: self.spark,
-                        lambda: ("127.0.0.1", self.thrift_port),
+                        lambda: ("127.0.0.1", self.thrift_port, self.internal_secret),
                         max_age_s=self.config.duration("tierlake.gateway.status-cache.max-age").total_seconds(),
                         enabled=self.config.flag("tierlake.gateway.status-cache"))
 

@@ -194,6 +194,13 @@ class PermissionDeniedError(TierlakeError):
     error_code = 2008
 
 
+class StatementTooLargeError(TierlakeError):
+    """A statement longer than ``tierlake.gateway.max-statement-size``."""
+
+    sqlstate = "54000"
+    error_code = 2011
+
+
 class AuthenticationError(TierlakeError):
     """The client did not authenticate the way the gateway requires (e.g. a
     NOSASL client at a SASL gateway)."""

@@ -1,159 +1,131 @@
 """Authentication and authorisation at the gateway.
 
 Without a password file the gateway is in development mode: any user name
-and password are accepted and every user may do everything (what tierlake
-did before roles existed). With ``tierlake.gateway.password-file`` set, logins
-are checked against it and each statement needs a role (server/sqlapi/roles.py):
+and password are accepted and every user may do everything. With
+``tierlake.gateway.password-file`` set, logins are checked against it and
+each statement needs a role (server/sqlapi/roles.py):
 
 - ``CALL sys.<name>``: the role the procedure declared when it registered
-  (:attr:`Procedure.role`; ``admin`` for a name no registry knows);
-- queries (SELECT, VALUES, SHOW, DESCRIBE, EXPLAIN, USE, CACHE) and session
-  settings (``SET spark.sql.…=…`` except catalogs, extensions and other
-  class-loading keys; ``RESET``): ``reader``;
-- INSERT, MERGE, UPDATE, DELETE into a table outside ``sys``: ``writer``;
-- anything else (DDL, writes to ``sys`` or to directories, ADD JAR, Iceberg's
-  own ``CALL`` procedures, calls of ``reflect``/``java_method``, queries of
-  files by path such as ``csv.`/path```), and whatever cannot be classified: ``admin``.
+  (:attr:`Procedure.role`; ``admin`` for a name no registry knows); the
+  gateway runs these itself, Spark never sees them;
+- everything else: decided on Spark's own parse of the statement, deny by
+  default (planauth.py; docs/security.md lists what each role may do).
+  A statement that does not parse is refused with Spark's parse error.
 
-Classification fails closed: a statement that does not parse needs ``admin``.
+Every statement is refused past ``tierlake.gateway.max-statement-size``.
 """
 
 from __future__ import annotations
 
 import logging
-import re
-from dataclasses import dataclass
+import threading
+import time
+import uuid
 from typing import Any
 
-import sqlglot
-from sqlglot import exp
-from sqlglot.errors import ParseError, TokenError
-from sqlglot.tokens import TokenType
-
-from tierlake.server.exceptions import PermissionDeniedError, TierlakeError
+from tierlake.server.exceptions import PermissionDeniedError, StatementTooLargeError, TierlakeError
+from tierlake.server.gateway import planauth
 from tierlake.server.gateway.callparse import is_sys_call, parse_call
 from tierlake.server.gateway.passwords import PasswordFile
+from tierlake.server.gateway.planauth import Requirement
+from tierlake.server.runtime.functions import _cli_service
 from tierlake.server.sqlapi import roles as R
 from tierlake.server.sqlapi.registry import default as default_registry
 
 log = logging.getLogger("tierlake.gateway")
 
-DIALECT = "spark"
-SYS_DATABASE = "sys"
-# Functions that call arbitrary static Java methods in the server's JVM.
-JVM_FUNCTIONS = frozenset({"reflect", "java_method", "try_reflect"})
-# `format`.`path` in FROM reads files of the server's file system directly.
-FILE_SOURCES = frozenset({"csv", "json", "text", "parquet", "orc", "avro", "binaryfile", "libsvm",
-                          "iceberg", "delta", "hive", "jdbc"})
-# SET key=value is a reader's for session settings of Spark SQL, except those
-# that load classes or reach outside the session.
-_SET_ASSIGN = re.compile(r"^\s*SET\s+(?P<key>[^=]+?)\s*=", re.IGNORECASE | re.DOTALL)
-_RESET = re.compile(r"^\s*RESET\b", re.IGNORECASE)
-SESSION_CONF_PREFIX = "spark.sql."
-PROTECTED_CONF = ("spark.sql.catalog", "spark.sql.extensions", "spark.sql.warehouse", "spark.sql.hive.metastore",
-                  "spark.sql.sources.", "spark.sql.queryexecutionlisteners", "spark.sql.streaming")
-READ_COMMANDS = frozenset({"SHOW", "DESCRIBE", "DESC", "EXPLAIN", "USE", "SET", "RESET"})
-_READ_NODES = (exp.Select, exp.SetOperation, exp.Subquery, exp.Values, exp.Describe, exp.Use,
-               exp.Set, exp.Cache, exp.Uncache)
-_WRITE_NODES = (exp.Insert, exp.Merge, exp.Update, exp.Delete)
+DEFAULT_MAX_STATEMENT = 1024 * 1024
+SYS_DATABASE = planauth.SYS_DATABASE
 
 
-@dataclass(frozen=True)
-class Requirement:
-    role: str
-    what: str  # how the statement is named in the error message
-
-
-def _calls_jvm(statement: str) -> bool:
+def call_requirement(statement: str, registry: Any = None) -> Requirement:
+    """The role ``CALL sys.<name>(…)`` needs: its procedure's role."""
     try:
-        tokens = sqlglot.Dialect.get_or_raise(DIALECT).tokenize(statement)
-    except Exception:  # noqa: BLE001 - whatever the tokenizer chokes on fails closed
-        return True
-    for tok, nxt in zip(tokens, tokens[1:], strict=False):
-        if nxt.token_type == TokenType.L_PAREN and tok.text.strip("`").lower() in JVM_FUNCTIONS:
-            return True
-    return False
-
-
-def _table_database(table: exp.Table, current_database: str | None) -> str:
-    return (table.db or current_database or "default").lower()
-
-
-def _reads_files(tree: exp.Expression) -> bool:
-    return any(t.db and t.db.lower() in FILE_SOURCES and not t.catalog for t in tree.find_all(exp.Table))
-
-
-def _classify_tree(tree: exp.Expression, current_database: str | None) -> Requirement:
-    name = type(tree).__name__.upper()
-    if isinstance(tree, exp.Command):
-        keyword = str(tree.this or "").split()[0].upper() if str(tree.this or "").split() else ""
-        if keyword in READ_COMMANDS:
-            return Requirement(R.READER, keyword)
-        return Requirement(R.ADMIN, keyword or "this statement")
-    if _reads_files(tree):
-        return Requirement(R.ADMIN, "a query of files by path")
-    if isinstance(tree, _READ_NODES):
-        return Requirement(R.READER, "SELECT" if isinstance(tree, (exp.Select, exp.SetOperation)) else name)
-    if isinstance(tree, _WRITE_NODES):
-        target = tree.this
-        if isinstance(target, exp.Schema):  # INSERT INTO t (a, b)
-            target = target.this
-        if not isinstance(target, exp.Table):
-            return Requirement(R.ADMIN, f"{name} into {type(target).__name__.lower()}")
-        if _table_database(target, current_database) == SYS_DATABASE:
-            return Requirement(R.ADMIN, f"{name} on sys tables (use the sys procedures)")
-        return Requirement(R.WRITER, name)
-    return Requirement(R.ADMIN, name if name not in ("ALTER", "CREATE", "DROP") else f"{name} (DDL)")
-
-
-def classify(statement: str, current_database: str | None = None, registry: Any = None) -> Requirement:
-    """The role a statement needs (see the module docstring).
-
-    ``registry`` is the one the handler will look the CALL up in; without
-    one, procedures are looked up in the default registry and a name it does
-    not know needs ``admin``.
-    """
-    if is_sys_call(statement):
+        name = parse_call(statement).name
+        proc = registry.get(name) if registry is not None else None
+    except TierlakeError:
+        # Syntax errors and unknown names are the handler's to report;
+        # nothing runs.
+        return Requirement(R.READER, "CALL")
+    if proc is None:
         try:
-            name = parse_call(statement).name
-            proc = registry.get(name) if registry is not None else None
+            proc = default_registry.get(name)
         except TierlakeError:
-            # Syntax errors and unknown names are the handler's to report;
-            # nothing runs.
-            return Requirement(R.READER, "CALL")
-        if proc is None:
-            try:
-                proc = default_registry.get(name)
-            except TierlakeError:
-                return Requirement(R.ADMIN, f"CALL sys.{name}")
-        return Requirement(proc.role, f"CALL sys.{name}")
-    if _calls_jvm(statement):
-        return Requirement(R.ADMIN, "reflect/java_method")
-    assignment = _SET_ASSIGN.match(statement)
-    if assignment is not None:
-        key = assignment.group("key").strip().strip("`").lower()
-        if key.startswith(SESSION_CONF_PREFIX) and not key.startswith(PROTECTED_CONF):
-            return Requirement(R.READER, "SET")
-        return Requirement(R.ADMIN, f"SET {key}")
-    if _RESET.match(statement):
-        return Requirement(R.READER, "RESET")
-    try:
-        trees = [t for t in sqlglot.parse(statement, read=DIALECT) if t is not None]
-    except (ParseError, TokenError, RecursionError, Exception):  # noqa: BLE001 - fails closed below
-        trees = []
-    if not trees:
-        return Requirement(R.ADMIN, "a statement tierlake cannot classify")
-    needs = [_classify_tree(t, current_database) for t in trees]
-    order = {R.READER: 0, R.WRITER: 1, R.ADMIN: 2}
-    return max(needs, key=lambda n: order.get(n.role, 2))
+            return Requirement(R.ADMIN, f"CALL sys.{name}")
+    return Requirement(proc.role, f"CALL sys.{name}")
+
+
+class SparkSessions:
+    """The Spark side of authorisation: each Thrift session's own
+    SparkSession (its parser and current database), found through the
+    Spark Thrift Server's operation manager; the driver's session when the
+    gateway does not know the session (its parser is the same)."""
+
+    def __init__(self, spark: Any, thrift_server: Any = None):
+        self.spark = spark
+        self.thrift_server = thrift_server
+        self._sessions: dict[bytes, Any] = {}
+        self._lock = threading.Lock()
+        self._functions: frozenset[str] = frozenset()
+        self._functions_at = 0.0
+
+    def session(self, guid: bytes | None, secret: bytes | None) -> Any:
+        if guid is None or secret is None or self.thrift_server is None:
+            return self.spark._jsparkSession
+        with self._lock:
+            cached = self._sessions.get(guid)
+        if cached is not None:
+            return cached
+        jvm = self.spark.sparkContext._jvm
+        manager = _cli_service(self.thrift_server).getSessionManager().getOperationManager()
+        ident = jvm.org.apache.hive.service.cli.HandleIdentifier(
+            jvm.java.util.UUID.fromString(str(uuid.UUID(bytes=bytes(guid)))),
+            jvm.java.util.UUID.fromString(str(uuid.UUID(bytes=bytes(secret)))))
+        protocol = jvm.org.apache.hive.service.rpc.thrift.TProtocolVersion.HIVE_CLI_SERVICE_PROTOCOL_V1
+        context = manager.sessionToContexts().get(jvm.org.apache.hive.service.cli.SessionHandle(ident, protocol))
+        if context is None:
+            raise PermissionDeniedError("permission denied: the session is unknown to Spark")
+        jsession = context.sparkSession()
+        with self._lock:
+            if len(self._sessions) > 10_000:
+                self._sessions.clear()
+            self._sessions[guid] = jsession
+        return jsession
+
+    def forget(self, guid: bytes) -> None:
+        with self._lock:
+            self._sessions.pop(guid, None)
+
+    @staticmethod
+    def current_database(jsession: Any) -> str:
+        return str(jsession.catalog().currentDatabase()).lower()
+
+    def functions(self, jsession: Any, wanted: set[str]) -> frozenset[str]:
+        """Known function names; re-read (at most every 10 s) when one of
+        ``wanted`` is missing, so UDFs registered later are found."""
+        if not self._functions or (wanted - self._functions and time.monotonic() - self._functions_at > 10):
+            self._functions = planauth.function_names(jsession)
+            self._functions_at = time.monotonic()
+        return self._functions
 
 
 class Authorizer:
-    """Logins and per-statement checks; ``passwords=None`` is development mode."""
+    """Logins and per-statement checks; ``passwords=None`` is development mode.
 
-    def __init__(self, passwords: PasswordFile | None = None, registry: Any = None):
+    Statements are checked on Spark's parse: :meth:`attach` gives the
+    authorizer the Spark side once Spark runs; until then every statement
+    (other than ``CALL sys.…``) is refused."""
+
+    def __init__(self, passwords: PasswordFile | None = None, registry: Any = None,
+                 max_statement_size: int = DEFAULT_MAX_STATEMENT):
         self.passwords = passwords
         self.registry = registry
+        self.max_statement_size = max_statement_size
+        self.sessions: SparkSessions | None = None
+
+    def attach(self, sessions: SparkSessions) -> Authorizer:
+        self.sessions = sessions
+        return self
 
     @property
     def enabled(self) -> bool:
@@ -165,16 +137,45 @@ class Authorizer:
     def roles(self, user: str | None) -> frozenset[str]:
         return frozenset(R.ROLES) if self.passwords is None else self.passwords.roles(user)
 
-    def check(self, user: str | None, statement: str, current_database: str | None = None) -> None:
-        """Raise :class:`PermissionDeniedError` unless ``user`` may run ``statement``."""
+    def check_size(self, statement: str) -> None:
+        size = len(statement.encode("utf-8", "surrogatepass"))
+        if size > self.max_statement_size:
+            raise StatementTooLargeError(
+                f"statement too large: {size} bytes; tierlake.gateway.max-statement-size is "
+                f"{self.max_statement_size} bytes")
+
+    def requirement(self, statement: str, session: Any = None) -> Requirement:
+        """The role ``statement`` needs in ``session`` (a SessionInfo, or
+        None for the driver's session)."""
+        if is_sys_call(statement):
+            return call_requirement(statement, self.registry)
+        if self.sessions is None:
+            return Requirement(planauth.NOBODY, "any statement before Spark started")
+        jsession = self.sessions.session(getattr(session, "session_guid", None), getattr(session, "secret", None))
+        plan = planauth.parse_plan(jsession, statement)
+        database = self.sessions.current_database(jsession)
+        if session is not None:
+            session.database = database
+        functions = {n.seqs[0][-1].lower() for n in plan.nodes.values()
+                     if n.name == "UnresolvedFunction" and n.seqs and n.seqs[0]}
+        functions |= {n.strings[0].lower() for n in plan.nodes.values()
+                      if n.name == "UnresolvedGenerator" and n.strings}
+        return planauth.requirement(plan, database, self.sessions.functions(jsession, functions))
+
+    def check(self, user: str | None, statement: str, session: Any = None) -> None:
+        """Raise :class:`PermissionDeniedError` (or a parse / size error)
+        unless ``user`` may run ``statement``."""
+        self.check_size(statement)
         if self.passwords is None:
             return
-        need = classify(statement, current_database, self.registry)
+        need = self.requirement(statement, session)
         held = self.roles(user)
-        if R.allows(held, need.role):
+        if need.role is not planauth.NOBODY and R.allows(held, need.role):
             return
-        granted = sorted(R.GRANTED_BY[need.role])
         log.warning("denied %s to user %r (roles %s)", need.what, user, sorted(held))
+        if need.role is planauth.NOBODY:
+            raise PermissionDeniedError(f"permission denied: {need.what} is not allowed")
+        granted = sorted(R.GRANTED_BY[need.role])
         raise PermissionDeniedError(
             f"permission denied: {need.what} needs the {' or '.join(granted)} role; "
             f"user {user!r} has {', '.join(sorted(held)) or 'no role'}"

@@ -2,9 +2,9 @@
 Server: runs one statement and returns Spark's result-set schema and rows,
 as the status-read cache (:mod:`server.gateway.sys_reads`) keeps them.
 
-It connects the way the gateway's own backend link does (plain NOSASL over
-loopback); if the internal server ever requires a per-process secret, this
-link must present it too."""
+It connects the way the gateway's own backend link does
+(:func:`server.gateway.upstream.connect_upstream`): SASL PLAIN with this
+process's secret, the only login the internal server accepts."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any
 
 from TCLIService import TCLIService, ttypes
 from thrift.protocol import TBinaryProtocol
-from thrift.transport import TSocket, TTransport
 
 from tierlake.server.exceptions import SparkSqlError
+from tierlake.server.gateway.upstream import connect_upstream
 
 PROTOCOL = ttypes.TProtocolVersion.HIVE_CLI_SERVICE_PROTOCOL_V10
 FETCH_ROWS = 10_000
@@ -55,16 +55,15 @@ def schema_kinds(schema: Any) -> list[str]:
 
 
 class BackendClient:
-    """One NOSASL connection and session; not thread-safe (pooled by the caller)."""
+    """One connection and session; not thread-safe (pooled by the caller)."""
 
-    def __init__(self, host: str, port: int, timeout_s: float = 600.0):
-        socket = TSocket.TSocket(host, port)
-        socket.setTimeout(timeout_s * 1000)
-        self.transport = TTransport.TBufferedTransport(socket)
-        self.transport.open()
+    USER = "tierlake-gateway"
+
+    def __init__(self, host: str, port: int, secret: str | None = None, timeout_s: float = 600.0):
+        self.transport = connect_upstream(host, port, self.USER, secret, timeout_s, 256 << 20)
         self.client = TCLIService.Client(TBinaryProtocol.TBinaryProtocol(self.transport))
         response = self.client.OpenSession(ttypes.TOpenSessionReq(
-            client_protocol=PROTOCOL, username="tierlake-gateway", configuration={}))
+            client_protocol=PROTOCOL, username=self.USER, configuration={}))
         _check(response.status)
         self.session = response.sessionHandle
 

@@ -22,7 +22,10 @@ from thrift.transport.TTransport import TMemoryBuffer, TTransportBase, TTranspor
 
 from tierlake.server.gateway.sasl import BufferedSocketTransport
 
+# Replies of the internal server (result sets) may be big; what clients send
+# is bounded separately (Gateway.max_request_size).
 DEFAULT_MAX_MESSAGE = 256 * 1024 * 1024
+DEFAULT_MAX_REQUEST = 16 * 1024 * 1024
 # Deep enough for any HS2 message (TTypeDesc nests a few levels), shallow
 # enough that crafted input cannot exhaust the Python stack.
 MAX_DEPTH = 64
@@ -56,16 +59,18 @@ class SessionInfo:
     username (NOSASL); ``protocol_version`` is the negotiated
     ``TProtocolVersion`` value (0 = V1 ... 9 = V10; PyHive gets 5 = V6, Hive
     JDBC 2.3 gets 9 = V10); ``client_address`` is ``"host:port"``;
-    ``database`` the session's current database (from OpenSession's
-    ``use:database`` and successful ``USE`` statements), ``None`` = default.
+    ``database`` the session's current database (OpenSession's
+    ``use:database``, then Spark's session's at each authorised statement),
+    ``None`` = default.
     """
 
     user: str | None
     session_guid: bytes
     protocol_version: int
     client_address: str
-    database: str | None = None  # current database, as far as the gateway saw it
+    database: str | None = None  # current database, Spark's, at the last checked statement
     settings: tuple[str, ...] = ()  # the ``set:…`` keys OpenSession carried (hiveconf, system)
+    secret: bytes | None = None  # the session handle's secret (finds Spark's session)
 
 
 @runtime_checkable
@@ -309,6 +314,23 @@ def decode_body(msg: RawMessage, struct_cls) -> Any:
     """Decode the message body (args or result struct) with PyHive's stubs."""
     obj = struct_cls()
     obj.read(_protocol(TMemoryBuffer(msg.body)))
+    return obj
+
+
+class _StrictProtocol(TBinaryProtocol):
+    """Decoding that refuses what the stubs would silently drop: a field
+    with an unknown id or an unexpected type (the stubs ``skip`` those; the
+    Java server might not). Strings must be UTF-8 (``readString`` is strict)."""
+
+    def skip(self, ttype):
+        raise TProtocolException(TProtocolException.INVALID_DATA, "unknown field or unexpected field type")
+
+
+def strict_decode(msg: RawMessage, struct_cls) -> Any:
+    """Like :func:`decode_body`, but raises on anything the stubs would not
+    have understood completely."""
+    obj = struct_cls()
+    obj.read(_StrictProtocol(TMemoryBuffer(msg.body)))
     return obj
 
 

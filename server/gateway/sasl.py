@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import socket
 import struct
+import time
 from collections.abc import Callable
 from typing import NoReturn
 
@@ -70,10 +71,18 @@ def accept_any(user: str, password: str) -> bool:
     return True
 
 
-def recv_exact(sock: socket.socket, n: int) -> bytes:
-    """Read exactly ``n`` bytes or raise END_OF_FILE."""
+def recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytes:
+    """Read exactly ``n`` bytes or raise END_OF_FILE; with a ``deadline``
+    (``time.monotonic()``), TimeoutError once it passed, however the bytes
+    trickle in (a per-read timeout alone lets one byte every few seconds
+    hold the connection forever)."""
     buf = bytearray()
     while len(buf) < n:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("deadline passed")
+            sock.settimeout(remaining)
         chunk = sock.recv(min(n - len(buf), 1 << 20))
         if not chunk:
             raise TTransportException(
@@ -99,6 +108,7 @@ class SaslServerTransport(BufferedSocketTransport):
         self.max_frame_size = max_frame_size
         self.handshake_timeout = handshake_timeout
         self.user: str | None = None
+        self._deadline: float | None = None
         self._rbuf = b""
         self._rpos = 0
         self._wbuf: list = []
@@ -107,7 +117,7 @@ class SaslServerTransport(BufferedSocketTransport):
 
     # -- negotiation ------------------------------------------------------
     def _recv_negotiation(self) -> tuple:
-        header = recv_exact(self.sock, _HEADER.size)
+        header = recv_exact(self.sock, _HEADER.size, self._deadline)
         status, length = _HEADER.unpack(header)
         if status == 0x80 and not self._started:
             # The first byte of a strict TBinaryProtocol message: a NOSASL
@@ -117,7 +127,7 @@ class SaslServerTransport(BufferedSocketTransport):
             self._fail(ERROR, f"Invalid SASL status {status}")
         if length > MAX_NEGOTIATION_FRAME:
             self._fail(ERROR, f"SASL negotiation frame too large ({length} bytes)")
-        return status, recv_exact(self.sock, length) if length else b""
+        return status, recv_exact(self.sock, length, self._deadline) if length else b""
 
     def _send_negotiation(self, status: int, payload: bytes = b"") -> None:
         self.sock.sendall(_HEADER.pack(status, len(payload)) + payload)
@@ -129,19 +139,22 @@ class SaslServerTransport(BufferedSocketTransport):
             pass
         raise SaslError(message)
 
-    def handshake(self) -> str:
+    def handshake(self, deadline: float | None = None) -> str:
         """Run the server side of the negotiation; return the authenticated user.
 
-        Raises :class:`SaslError` after sending BAD/ERROR to the client, or a
-        transport error when the client disappears mid-negotiation.
+        The whole negotiation must end by ``deadline`` (``time.monotonic()``;
+        default: ``handshake_timeout`` from now). Raises :class:`SaslError`
+        after sending BAD/ERROR to the client, or a transport error when the
+        client disappears mid-negotiation.
         """
         previous_timeout = self.sock.gettimeout()
-        self.sock.settimeout(self.handshake_timeout)
+        self._deadline = deadline if deadline is not None else time.monotonic() + self.handshake_timeout
         try:
             user = self._negotiate()
         except TimeoutError:
             raise SaslError("SASL negotiation timed out") from None
         finally:
+            self._deadline = None
             self.sock.settimeout(previous_timeout)
         self.user = user
         return user

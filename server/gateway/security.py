@@ -1,12 +1,12 @@
-"""Connection-level security of the gateway: TLS, refusing NOSASL clients
-at a SASL gateway with an error they can read, and following each session's
-current database (for role checks of unqualified table names)."""
+"""Connection-level security of the gateway: TLS with a handshake deadline,
+and refusing NOSASL clients at a SASL gateway with an error they can read."""
 
 from __future__ import annotations
 
-import re
+import select
 import socket
 import ssl
+import time
 
 from TCLIService import TCLIService, ttypes
 from thrift.Thrift import TMessageType
@@ -19,22 +19,38 @@ from tierlake.server.gateway.protocol import MessageReader, SocketTransport, enc
 REFUSED_MESSAGE_LIMIT = 64 * 1024
 NOSASL_REFUSED = ("Authentication required: this gateway accepts SASL PLAIN logins only; connect without "
                   "auth=noSasl (Hive JDBC) or with auth='CUSTOM' and a password (PyHive)")
-_USE = re.compile(r"^\s*USE\s+(?:NAMESPACE\s+|DATABASE\s+|SCHEMA\s+)?(?:`?spark_catalog`?\.)?`?(\w+)`?\s*;?\s*$",
-                  re.IGNORECASE)
 
 
 class TlsError(Exception):
     """The TLS handshake with the client failed."""
 
 
-def start_tls(sock: socket.socket, context: ssl.SSLContext, timeout: float) -> ssl.SSLSocket:
-    """The server side of the TLS handshake, with a deadline. Runs in the
-    connection's own thread: a client that never finishes costs only itself."""
-    sock.settimeout(timeout)
+def start_tls(sock: socket.socket, context: ssl.SSLContext, deadline: float) -> ssl.SSLSocket:
+    """The server side of the TLS handshake, done by ``deadline``
+    (``time.monotonic()``) however slowly the client's bytes arrive: the
+    handshake runs non-blocking and waits only for what is left."""
+    tls = None
     try:
-        return context.wrap_socket(sock, server_side=True)
-    except (ssl.SSLError, OSError) as exc:
-        raise TlsError(f"{type(exc).__name__}: {exc}") from None
+        tls = context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        tls.setblocking(False)
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                wait = ([tls], [])
+            except ssl.SSLWantWriteError:
+                wait = ([], [tls])
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not any(select.select(*wait, [], remaining)[:2]):
+                raise TlsError("TLS handshake timed out")
+        tls.setblocking(True)
+        return tls
+    except (ssl.SSLError, OSError, TlsError) as exc:
+        # wrap_socket took the socket over: closing the caller's does nothing.
+        if tls is not None:
+            tls.close()
+        raise TlsError(str(exc) if isinstance(exc, TlsError) else f"{type(exc).__name__}: {exc}") from None
 
 
 def refuse_nosasl(sock: socket.socket, prefix: bytes, timeout: float) -> bool:
@@ -55,8 +71,3 @@ def refuse_nosasl(sock: socket.socket, prefix: bytes, timeout: float) -> bool:
     plain.flush()
     return True
 
-
-def use_target(statement: str) -> str | None:
-    """The database a ``USE`` statement switches to, else None."""
-    match = _USE.match(statement)
-    return match.group(1).lower() if match else None

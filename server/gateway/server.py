@@ -1,11 +1,13 @@
 """The HiveServer2 gateway: a Thrift relay in front of the in-process Spark
 Thrift Server that answers some statements (``CALL sys....``) itself.
 
-Every client connection gets its own thread and its own plain (NOSASL)
-connection to the internal STS. Messages are relayed byte-for-byte; only
-ExecuteStatement (for statements the handler wants), the operation RPCs on
-gateway-owned handles, and OpenSession/CloseSession (for bookkeeping) are
-decoded.
+Every client connection gets its own thread and its own connection to the
+internal STS (SASL PLAIN with the process's secret: only the gateway gets
+in). Messages are relayed byte-for-byte. With a password file, every
+request is first decoded strictly by the stubs (refused when they cannot:
+bad UTF-8, unknown fields, a message type other than CALL), OpenSession's
+configuration is checked against an allow-list (requestcheck.py) and every
+statement is authorised on Spark's parse (authz.py, planauth.py).
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from TCLIService import TCLIService, ttypes
-from thrift.Thrift import TMessageType
+from thrift.Thrift import TApplicationException, TMessageType
 
 from tierlake.server.exceptions import TierlakeError
 from tierlake.server.gateway.protocol import (
     DEFAULT_MAX_MESSAGE,
+    DEFAULT_MAX_REQUEST,
     LocalResult,
     MessageReader,
     RawMessage,
@@ -37,10 +40,13 @@ from tierlake.server.gateway.protocol import (
     encode_reply,
     error_status,
     ok_status,
+    strict_decode,
 )
+from tierlake.server.gateway.requestcheck import RAW_METHODS, check_configuration, check_overlay
 from tierlake.server.gateway.results import build_row_set, empty_log_row_set, parse_columns, table_schema
 from tierlake.server.gateway.sasl import Authenticator, NotSaslClient, SaslError, SaslServerTransport
-from tierlake.server.gateway.security import TlsError, refuse_nosasl, start_tls, use_target
+from tierlake.server.gateway.security import TlsError, refuse_nosasl, start_tls
+from tierlake.server.gateway.upstream import UpstreamError, connect_upstream
 from tierlake.server.runtime.operations import OperationControl, running
 
 log = logging.getLogger("tierlake.gateway")
@@ -107,6 +113,7 @@ class _Connection:
         self.sessions: dict[bytes, SessionInfo] = {}
         self.operations: dict[bytes, _LocalOperation] = {}
         self._closing = False
+        self._close_after_reply = False
         self._intercepts: dict[str, Callable[[RawMessage], bytes | None]] = {
             "OpenSession": self._open_session,
             "CloseSession": self._close_session,
@@ -146,36 +153,35 @@ class _Connection:
     def _setup(self) -> None:
         gw = self.gateway
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # One deadline for TLS and SASL together, however slowly bytes arrive.
+        deadline = time.monotonic() + gw.handshake_timeout
         if gw.ssl_context is not None:
-            self.sock = start_tls(self.sock, gw.ssl_context, gw.handshake_timeout)
+            self.sock = start_tls(self.sock, gw.ssl_context, deadline)
         self.sock.settimeout(None)
         if gw.auth == "PLAIN":
-            transport = SaslServerTransport(self.sock, gw.authenticator, gw.max_message_size,
+            transport = SaslServerTransport(self.sock, gw.authenticator, gw.max_request_size,
                                             gw.handshake_timeout)
             self.client = transport
             try:
-                self.user = transport.handshake()
+                self.user = transport.handshake(deadline)
             except NotSaslClient as exc:
                 try:
-                    refuse_nosasl(self.sock, exc.prefix, gw.handshake_timeout)
+                    refuse_nosasl(self.sock, exc.prefix, max(0.1, deadline - time.monotonic()))
                 except Exception as refusal:  # noqa: BLE001 - garbage that merely starts like Thrift
                     log.debug("cannot answer the NOSASL client %s: %s", self.address, _describe(refusal))
                 raise
         else:
             self.client = SocketTransport(self.sock)
         try:
-            backend = socket.create_connection((gw.backend_host, gw.backend_port),
-                                               timeout=gw.connect_timeout)
-        except OSError as exc:
+            self.backend = connect_upstream(gw.backend_host, gw.backend_port, self.user, gw.backend_secret,
+                                            gw.connect_timeout, gw.max_message_size)
+        except (OSError, UpstreamError) as exc:
             raise _BackendError(f"cannot connect to {gw.backend_host}:{gw.backend_port}: {exc}") from None
-        backend.settimeout(None)
-        backend.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.backend = SocketTransport(backend)
         if self._closing:  # stop() ran while we were connecting
             self.close()
             raise _BackendError("gateway stopping")
         self._backend_reader = MessageReader(self.backend, gw.max_message_size)
-        self._client_reader = MessageReader(self.client, gw.max_message_size)
+        self._client_reader = MessageReader(self.client, gw.max_request_size)
         log.debug("connection from %s (user %r) ready", self.address, self.user)
 
     def _serve(self) -> None:
@@ -188,6 +194,8 @@ class _Connection:
             if reply is not None:
                 self.client.write(reply)
                 self.client.flush()
+            if self._close_after_reply:
+                return
 
     def close(self) -> None:
         """Close both sockets and forget local state. Safe from any thread and
@@ -212,8 +220,45 @@ class _Connection:
         self.sessions.clear()
 
     # -- dispatch ---------------------------------------------------------
+    @property
+    def _checked(self) -> bool:
+        authorizer = self.gateway.authorizer
+        return authorizer is not None and authorizer.enabled
+
+    def _refuse_unchecked(self, msg: RawMessage) -> bytes | None:
+        """The reply refusing a request the gateway cannot check, or None."""
+        if msg.mtype != TMessageType.CALL:
+            # libthrift on the Spark side dispatches by name whatever the
+            # type says; nothing but a CALL may pass. No answer fits: close.
+            log.warning("closing connection from %s: Thrift message type %d (%s), not CALL",
+                        self.address, msg.mtype, msg.name)
+            self._close_after_reply = True
+            return self._application_error(msg, TApplicationException.INVALID_MESSAGE_TYPE,
+                                           "only Thrift CALL messages are accepted")
+        args_cls = getattr(TCLIService, f"{msg.name}_args", None)
+        if args_cls is None:
+            if msg.name in RAW_METHODS:
+                return None
+            return self._application_error(msg, TApplicationException.UNKNOWN_METHOD,
+                                           f"unknown or unsupported method {msg.name}")
+        try:
+            strict_decode(msg, args_cls)
+        except Exception as exc:  # noqa: BLE001 - any failure means: not checkable
+            log.warning("refused an undecodable %s from %s: %s", msg.name, self.address, _describe(exc))
+            return self._error_reply(msg, f"request refused: the gateway cannot decode this {msg.name} "
+                                          f"request ({_describe(exc)})", "08P01")
+        return None
+
+    def _application_error(self, msg: RawMessage, kind: int, message: str) -> bytes:
+        return encode_message(msg.name or "unknown", TMessageType.EXCEPTION, msg.seqid,
+                              TApplicationException(kind, message))
+
     def _handle(self, msg: RawMessage) -> bytes | None:
-        intercept = self._intercepts.get(msg.name) if msg.mtype == TMessageType.CALL else None
+        if self._checked or msg.mtype != TMessageType.CALL:
+            refusal = self._refuse_unchecked(msg)
+            if refusal is not None:
+                return refusal
+        intercept = self._intercepts.get(msg.name)
         if intercept is not None:
             try:
                 reply = intercept(msg)
@@ -270,6 +315,12 @@ class _Connection:
             request = args.req
         except Exception:
             log.debug("undecodable OpenSession from %s", self.address, exc_info=True)
+        if self._checked:
+            try:
+                check_configuration(getattr(request, "configuration", None) or {})
+            except TierlakeError as exc:
+                log.warning("refused OpenSession from %s: %s", self.address, exc.message)
+                return self._error_reply(msg, exc.message, exc.sqlstate, exc.error_code)
         if request is not None and self.user is not None and request.username != self.user:
             # The internal STS is NOSASL and believes the username in the
             # request; make it the one that passed authentication.
@@ -292,7 +343,8 @@ class _Connection:
                 self.sessions[guid] = SessionInfo(user, guid, response.serverProtocolVersion,
                                                   self.address,
                                                   database.lower() if isinstance(database, str) else None,
-                                                  tuple(str(k) for k in configuration if str(k).startswith("set:")))
+                                                  settings=tuple(str(k) for k in configuration if str(k).startswith("set:")),
+                                                  secret=response.sessionHandle.sessionId.secret)
                 log.debug("session opened for %r from %s (protocol V%d)", user, self.address,
                           response.serverProtocolVersion + 1)
                 self.gateway.session_opened(guid, response.sessionHandle.sessionId.secret)
@@ -312,6 +364,9 @@ class _Connection:
             closed = getattr(self.gateway.handler, "session_closed", None)
             if closed is not None:
                 closed(guid)
+            sessions = getattr(self.gateway.authorizer, "sessions", None)
+            if sessions is not None:
+                sessions.forget(guid)
             for op_guid in [g for g, op in self.operations.items() if op.session_guid == guid]:
                 self.operations.pop(op_guid).control.cancel()
         return reply.data
@@ -323,9 +378,13 @@ class _Connection:
             statement = request.statement
             session = self.sessions.get(request.sessionHandle.sessionId.guid)
         except Exception:  # noqa: BLE001 - an undecodable request is the backend's to answer
+            if self._checked:  # (already refused by the strict decoding; never relay it unchecked)
+                return self._error_reply(msg, "request refused: the gateway cannot decode it", "08P01")
             return None
         authorizer = self.gateway.authorizer
         if not isinstance(statement, str):
+            if self._checked:
+                return self._error_reply(msg, "request refused: ExecuteStatement without a statement", "08P01")
             return None
         if session is None:
             if authorizer is not None and authorizer.enabled:
@@ -334,15 +393,15 @@ class _Connection:
             return None  # the backend's to reject, with its own error
         if authorizer is not None:
             try:
-                authorizer.check(session.user, statement, session.database)
+                if self._checked:
+                    check_overlay(request.confOverlay or {})
+                authorizer.check(session.user, statement, session)
             except TierlakeError as exc:
                 return self._error_reply(msg, exc.message, exc.sqlstate, exc.error_code)
             except Exception as exc:
                 log.exception("authorizer failed for %r", statement[:200])
-                return self._error_reply(msg, f"Internal error: {_describe(exc)}")
-        database = use_target(statement)
-        if database is not None:
-            return self._relay_use(msg, session, database)
+                return self._error_reply(msg, f"permission denied: the statement could not be checked "
+                                              f"({_describe(exc)})", "42501", 2008)
         try:
             # A handler that needs the session (the sys read cache) decides with it.
             wants_for = getattr(self.gateway.handler, "wants_for", None)
@@ -353,17 +412,6 @@ class _Connection:
         if not wanted:
             return None
         return self._reply(msg, self._run_local(statement, session, bool(request.runAsync)))
-
-    def _relay_use(self, msg: RawMessage, session: SessionInfo, database: str) -> bytes:
-        reply = self._relay(msg)
-        try:
-            response = decode_body(reply, TCLIService.ExecuteStatement_result).success
-            if response is not None and response.status.statusCode in (
-                    ttypes.TStatusCode.SUCCESS_STATUS, ttypes.TStatusCode.SUCCESS_WITH_INFO_STATUS):
-                session.database = database
-        except Exception:
-            log.debug("undecodable USE reply for %s", self.address, exc_info=True)
-        return reply.data
 
     def _run_local(self, statement: str, session: SessionInfo,
                    run_async: bool = False) -> ttypes.TExecuteStatementResp:
@@ -501,14 +549,15 @@ class Gateway:
 
     ``handler`` (a :class:`StatementHandler`) answers the statements it
     wants; everything else is relayed to the Spark Thrift Server at
-    ``backend_host:backend_port`` (which must run with
-    ``hive.server2.authentication=NOSASL``). ``auth`` is ``"PLAIN"`` (SASL
+    ``backend_host:backend_port``: with ``backend_secret``, a server that
+    takes SASL PLAIN with that secret as the password (the internal STS),
+    else a NOSASL one. ``auth`` is ``"PLAIN"`` (SASL
     PLAIN, what Hive calls NONE/LDAP/CUSTOM; ``"NONE"`` is accepted as an
     alias) or ``"NOSASL"`` (raw Thrift, clients use ``auth=noSasl``).
     ``authenticator(user, password) -> bool`` checks PLAIN logins; ``None``
     accepts everyone (development mode). ``authorizer`` (see
     :class:`server.authz.Authorizer`) checks every statement of a session
-    with ``check(user, statement, current_database)`` before it runs or is
+    with ``check(user, statement, session)`` before it runs or is
     relayed, raising a ``TierlakeError`` to refuse it; its ``authenticate``
     checks logins when no ``authenticator`` is given. ``ssl_context`` (a
     server-side :class:`ssl.SSLContext`) turns on TLS for every client.
@@ -533,6 +582,8 @@ class Gateway:
         connect_timeout: float = 10.0,
         handshake_timeout: float = 30.0,
         max_message_size: int = DEFAULT_MAX_MESSAGE,
+        max_request_size: int = DEFAULT_MAX_REQUEST,
+        backend_secret: str | None = None,
         on_session_opened: Callable[[bytes, bytes], None] | None = None,
     ):
         mode = (auth or "PLAIN").upper()
@@ -558,6 +609,8 @@ class Gateway:
         self.connect_timeout = connect_timeout
         self.handshake_timeout = handshake_timeout
         self.max_message_size = max_message_size
+        self.max_request_size = max_request_size
+        self.backend_secret = backend_secret
         self.on_session_opened = on_session_opened
         self._sock: socket.socket | None = None
         self._accept_thread: threading.Thread | None = None

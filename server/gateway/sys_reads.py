@@ -223,7 +223,7 @@ class SysReads:
     """A statement handler in front of ``inner`` (the CALL handler) that
     answers cacheable ``sys`` reads; see the module docstring."""
 
-    def __init__(self, inner: Any, spark: Callable[[], Any], backend: Callable[[], tuple[str, int]],
+    def __init__(self, inner: Any, spark: Callable[[], Any], backend: Callable[[], tuple[str, int, str | None]],
                  max_age_s: float = 10.0, enabled: bool = True, max_entries: int = 256,
                  max_rows: int = 100_000):
         self.inner = inner
@@ -382,8 +382,8 @@ class SysReads:
         with self._lock:
             client = self._pool.pop() if self._pool else None
         if client is None:
-            host, port = self._backend()
-            client = BackendClient(host, port)
+            host, port, secret = self._backend()
+            client = BackendClient(host, port, secret)
         try:
             schema, columns, rows = client.run(statement)
         except SparkSqlError:

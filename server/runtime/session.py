@@ -18,6 +18,7 @@ from typing import Any
 from tierlake.server.exceptions import HomeInUseError, MigrationError
 from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.jars import resolve_iceberg_jars
+from tierlake.server.runtime.javaext import SECRET_AUTHENTICATOR, internal_jar
 from tierlake.server.runtime.log_setup import log4j2_config
 from tierlake.server.runtime.metastore import derby_url, ensure_lock_tables, metastore_db  # noqa: F401 - derby_url: re-export
 
@@ -83,11 +84,13 @@ def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
         "spark.hadoop.hive.metastore.warehouse.dir": config.warehouse_dir.as_uri(),
         "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
         "spark.hadoop.hive.metastore.schema.verification": "false",
-        # The internal Spark Thrift Server: loopback only, no SASL; the
-        # gateway in front of it does authentication.
+        # The internal Spark Thrift Server: loopback only, and only the
+        # gateway may log in (SASL PLAIN with this process's secret, checked
+        # by SecretAuthenticator.java); the gateway authenticates users.
         "spark.hadoop.hive.server2.thrift.bind.host": "127.0.0.1",
         "spark.hadoop.hive.server2.thrift.port": str(thrift_port),
-        "spark.hadoop.hive.server2.authentication": "NOSASL",
+        "spark.hadoop.hive.server2.authentication": "CUSTOM",
+        "spark.hadoop.hive.server2.custom.authentication.class": SECRET_AUTHENTICATOR,
         "spark.hadoop.hive.server2.transport.mode": "binary",
         # GetOperationStatus long-polls this long while a statement runs; 1 s
         # keeps progress displays (tierlake sql, beeline) responsive.
@@ -106,7 +109,7 @@ def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
     user = config.spark_conf()
     # The metastore's JDBC driver is needed by the driver JVM only (Hive's
     # metastore code runs there), and before any SQL: the class path.
-    classpath = list(db.jars)
+    classpath = list(db.jars) + [str(internal_jar(home))]
     if "spark.jars.packages" not in user:
         jars = resolve_iceberg_jars(home, os.environ.get("TIERLAKE_ICEBERG_JARS"))
         # Both: spark.jars alone is not seen by the Thrift Server's handler
@@ -119,6 +122,9 @@ def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
     extra = user.pop("spark.driver.extraJavaOptions", "")
     settings["spark.driver.extraJavaOptions"] = " ".join(java_opts + ([extra] if extra else []))
     settings.update(user)
+    # Spark would substitute ${…} in a statement's text after the gateway
+    # authorised its parse (and leak ${env:…}); no setting turns it on.
+    settings["spark.sql.variable.substitute"] = "false"
     return settings
 
 
@@ -150,9 +156,14 @@ def build_spark(config: Config, thrift_port: int, owns_metastore: bool = True) -
     return spark
 
 
-def start_thrift_server(spark: Any) -> Any:
-    """Start the Spark Thrift Server in this JVM, on the internal port."""
+def start_thrift_server(spark: Any, secret: str) -> Any:
+    """Start the Spark Thrift Server in this JVM, on the internal port; its
+    only login is ``secret`` (kept in the JVM, not in any setting)."""
     jvm = spark.sparkContext._jvm
+    jvm.io.tierlake.internal.SecretAuthenticator.setSecret(secret)
+    # Hive's PLAIN callback looks the provider class up in a fresh HiveConf,
+    # which sees system properties but not Spark's Hadoop settings.
+    jvm.java.lang.System.setProperty("hive.server2.custom.authentication.class", SECRET_AUTHENTICATOR)
     server = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(
         spark._jsparkSession.sqlContext()
     )

@@ -106,6 +106,13 @@ SETTINGS: tuple[Setting, ...] = (
        "PEM certificate (chain) of the gateway; set, the gateway port speaks TLS only", default_doc="empty (no TLS)"),
     _s("tierlake.gateway.ssl.keyfile", "", "path", "PEM private key of that certificate",
        default_doc="empty (key in the certfile)"),
+    _s("tierlake.gateway.max-statement-size", "1048576", "int",
+       "longest statement (bytes, UTF-8) the gateway accepts; longer ones are refused with SQLSTATE 54000",
+       minimum=1),
+    _s("tierlake.gateway.max-request-size", "16777216", "int",
+       "largest Thrift request (bytes) a client may send; a bigger one closes the connection", minimum=1024),
+    _s("tierlake.gateway.handshake-timeout", "30 s", "duration",
+       "total time a client has for the TLS and SASL handshakes together, however slowly its bytes arrive"),
     _s("tierlake.client.password-file", "", "path",
        "file whose first line is the password `tierlake tiering-service` logs in with (after `--password` "
        "and `$TIERLAKE_PASSWORD`)"),

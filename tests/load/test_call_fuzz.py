@@ -81,7 +81,8 @@ def fuzz_cursor(server):
     from tierlake.server.gateway.server import Gateway
 
     registry = dry_registry(server.registry)
-    gateway = Gateway("127.0.0.1", 0, "127.0.0.1", server.thrift_port, CallHandler(registry, server.context)).start()
+    gateway = Gateway("127.0.0.1", 0, "127.0.0.1", server.thrift_port, CallHandler(registry, server.context),
+                      backend_secret=server.internal_secret).start()
     conn = hive.connect("127.0.0.1", gateway.port, username="fuzz")
     conn._transport._trans.setTimeout(120_000)  # a hang fails the test (socket.timeout) instead of blocking it
     yield conn.cursor(), registry

@@ -40,12 +40,16 @@ def tls_files(tmp_path_factory):
 def configured_gateway(server, **conf):
     """A gateway built by the server's own code path from the server's config plus ``conf``."""
     from tierlake.server.app import gateway_from_config
+    from tierlake.server.gateway.authz import SparkSessions
     from tierlake.server.gateway.handler import CallHandler
     from tierlake.server.runtime.config import Config
 
     config = Config(home=server.config.home, values={**server.config.values, "tierlake.gateway.port": "0", **conf})
     handler = CallHandler(server.registry, server.context)
-    return gateway_from_config(config, handler, server.thrift_port, server.registry).start()
+    gw = gateway_from_config(config, handler, server.thrift_port, server.registry,
+                             backend_secret=server.internal_secret)
+    gw.authorizer.attach(SparkSessions(server.spark, server.thrift_server))
+    return gw.start()
 
 
 @pytest.fixture(scope="session")

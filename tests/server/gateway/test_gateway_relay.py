@@ -23,7 +23,7 @@ AUTH_MODES = ["PLAIN", "NOSASL"]
 
 @pytest.fixture(scope="module")
 def sts_port(server):
-    """The shared tierlake server's internal Spark Thrift Server (NOSASL, loopback).
+    """The shared tierlake server's internal Spark Thrift Server (loopback; the gateways log in with the secret).
 
     One SparkSession per test process: these gateways sit in front of the same
     Thrift Server as the server's own gateway, with a toy handler instead.
@@ -32,9 +32,10 @@ def sts_port(server):
 
 
 @pytest.fixture(scope="module")
-def gateways(sts_port):
+def gateways(sts_port, server):
     handler = ToyHandler()
-    started = {auth: Gateway("127.0.0.1", 0, "127.0.0.1", sts_port, handler, auth=auth).start()
+    started = {auth: Gateway("127.0.0.1", 0, "127.0.0.1", sts_port, handler, auth=auth,
+                             backend_secret=server.internal_secret).start()
                for auth in AUTH_MODES}
     yield started
     for gw in started.values():

@@ -69,7 +69,7 @@ class _Reads(SysReads):
     """The cache with Spark replaced: each run answers a new result."""
 
     def __init__(self, **kw):
-        super().__init__(_Inner(), spark=lambda: None, backend=lambda: ("127.0.0.1", 1), **kw)
+        super().__init__(_Inner(), spark=lambda: None, backend=lambda: ("127.0.0.1", 1, None), **kw)
         self.runs = 0
         self._views, self._builtins = {}, BUILTINS
 

@@ -1,0 +1,365 @@
+"""Authorisation on Spark's own parse of a statement (DESIGN.md §13).
+
+The gateway never decides on the text. It asks the session's parser (the
+very ``sqlParser`` the Spark Thrift Server runs the statement through) for
+the unresolved logical plan, flattens it in the JVM
+(``io.tierlake.internal.PlanWalker``: every node, expression and field,
+including subqueries, CTE definitions, INSERT targets and EXPLAIN'd plans)
+and checks the result against allow-lists. Deny by default: a plan node,
+function, relation or setting not listed needs ``admin``; a few things are
+refused to everyone (turning variable substitution back on).
+
+API (also used by other gateway modules):
+
+- :func:`parse_plan(jsession, text, max_nodes)` → :class:`Plan` (raises
+  :class:`SqlSyntaxError` with Spark's parse error);
+- :func:`requirement(plan, current_db)` → :class:`Requirement` (the least
+  role that may run it; role ``None`` = nobody);
+- :func:`authorise(plan, roles, current_db)` → :class:`Decision`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tierlake.server.exceptions import PermissionDeniedError, SqlSyntaxError
+from tierlake.server.sqlapi import roles as R
+
+SYS_DATABASE = "sys"
+SESSION_CATALOG = "spark_catalog"
+MAX_PLAN_NODES = 1_000_000
+NOBODY = None  # Requirement.role for what no role may do
+
+# Query plan nodes (and read-only commands) a reader may run.
+READER_NODES = frozenset({
+    # queries
+    "Project", "Filter", "Aggregate", "Join", "Sort", "GlobalLimit", "LocalLimit", "Limit", "Offset",
+    "Distinct", "Union", "Intersect", "Except", "SubqueryAlias", "UnresolvedRelation", "UnresolvedWith",
+    "OneRowRelation", "LocalRelation", "UnresolvedInlineTable", "Window", "WithWindowDefinition",
+    "Generate", "Pivot", "Unpivot", "UnresolvedSubqueryColumnAliases", "RepartitionByExpression",
+    "Repartition", "RebalancePartitions", "Sample", "Tail", "UnresolvedHint", "Deduplicate",
+    "LateralJoin", "UnresolvedTableValuedFunction", "UnresolvedTVFAliases", "UnresolvedHaving",
+    "CTERelationRef", "Subquery", "AsOfJoin",
+    # metadata a BI tool browses
+    "ShowTables", "ShowTablesExtended", "ShowTableExtended", "ShowNamespaces", "ShowColumns",
+    "ShowFunctions", "ShowViews", "ShowCreateTable", "ShowTableProperties", "ShowPartitions",
+    "ShowCatalogs", "ShowCurrentNamespace", "ShowCurrentNamespaceCommand", "DescribeRelation",
+    "DescribeColumn", "DescribeNamespace", "DescribeFunction", "DescribeQueryCommand",
+    "UnresolvedNamespace", "UnresolvedTable", "UnresolvedTableOrView", "UnresolvedView",
+    "UnresolvedFunctionName", "CurrentNamespace", "ShowCreateTableCommand",
+    # session
+    "SetCatalogAndNamespace", "SetNamespaceCommand", "SetCommand", "ResetCommand", "ExplainCommand",
+    "CacheTable", "CacheTableAsSelect", "UncacheTable",
+})
+# Row changes a writer may make (into catalog tables outside sys).
+WRITE_NODES = frozenset({"InsertIntoStatement", "MergeIntoTable", "UpdateTable", "DeleteFromTable"})
+# Data sources Spark reads by path when named as a relation's namespace
+# (``csv.`/path```); class names (with a dot) are refused as well.
+DATA_SOURCES = frozenset({
+    "csv", "json", "text", "parquet", "orc", "avro", "binaryfile", "libsvm", "jdbc", "hive", "delta",
+    "iceberg", "noop", "console", "rate", "socket", "kafka", "image", "xml", "memory", "foreach",
+})
+# Iceberg's metadata tables (``db.table.snapshots``): readable like tables.
+ICEBERG_METADATA_TABLES = frozenset({
+    "history", "metadata_log_entries", "snapshots", "refs", "entries", "files", "data_files",
+    "delete_files", "manifests", "partitions", "position_deletes", "all_data_files", "all_delete_files",
+    "all_entries", "all_files", "all_manifests",
+})
+# Functions that call arbitrary Java methods in the server's JVM.
+JVM_FUNCTIONS = frozenset({"reflect", "java_method", "try_reflect"})
+TABLE_FUNCTIONS = frozenset({"range", "explode", "explode_outer", "inline", "inline_outer", "json_tuple",
+                             "posexplode", "posexplode_outer", "stack"})
+# Session settings a reader may change with SET / RESET (and OpenSession).
+READER_SETTINGS = frozenset({
+    "spark.sql.session.timezone", "spark.sql.shuffle.partitions", "spark.sql.ansi.enabled",
+    "spark.sql.adaptive.enabled", "spark.sql.autobroadcastjointhreshold", "spark.sql.casesensitive",
+    "spark.sql.legacy.timeparserpolicy", "spark.sql.datetime.java8api.enabled",
+    "spark.sql.thriftserver.incrementalcollect", "spark.sql.files.maxpartitionbytes",
+    "spark.sql.execution.arrow.pyspark.enabled", "spark.sql.storeassignmentpolicy",
+    "spark.sql.iceberg.vectorization.enabled", "spark.sql.result.rows.limit",
+})
+# Never changed by anyone: Spark would substitute ${…} in statement text
+# after the gateway authorised it.
+FORBIDDEN_SETTINGS = frozenset({"spark.sql.variable.substitute", "spark.sql.variable.substitute.depth"})
+EXPRESSION_PACKAGES = ("org.apache.spark.sql.catalyst.expressions.", "org.apache.spark.sql.catalyst.analysis.")
+# MERGE/UPDATE clauses: expressions declared among the plan nodes.
+MERGE_EXPRESSIONS = frozenset({"Assignment", "DeleteAction", "UpdateAction", "InsertAction", "UpdateStarAction",
+                               "InsertStarAction"})
+# Expressions whose content the walker cannot see (IDENTIFIER(…) builds
+# the real expression later, from a Scala function).
+OPAQUE_EXPRESSIONS = frozenset({"ExpressionWithUnresolvedIdentifier"})
+
+
+@dataclass
+class Node:
+    id: int
+    parent: int
+    kind: str  # P plan, E expression, O other
+    cls: str  # fully qualified
+    strings: list[str] = field(default_factory=list)
+    seqs: list[list[str]] = field(default_factory=list)
+    children: list[int] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.cls.rsplit(".", 1)[-1].rsplit("$", 1)[-1]
+
+
+@dataclass
+class Plan:
+    """A flattened unresolved plan: nodes by id, 0 is the root."""
+
+    nodes: dict[int, Node]
+
+    @property
+    def root(self) -> Node:
+        return self.nodes[0]
+
+    def names(self) -> set[str]:
+        return {n.name for n in self.nodes.values()}
+
+
+@dataclass(frozen=True)
+class Requirement:
+    role: str | None  # None: refused to every role
+    what: str  # how the statement is named in the error message
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    requirement: Requirement
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    out, i = [], 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):
+            out.append({"t": "\t", "n": "\n", "r": "\r"}.get(text[i + 1], text[i + 1]))
+            i += 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def decode(description: str) -> Plan:
+    """:class:`Plan` from PlanWalker's lines."""
+    nodes: dict[int, Node] = {}
+    for line in description.split("\n"):
+        if not line:
+            continue
+        parts = line.split("\t")
+        tag = parts[0]
+        if tag == "N":
+            node = Node(int(parts[1]), int(parts[2]), parts[3], parts[4])
+            nodes[node.id] = node
+            if node.parent in nodes:
+                nodes[node.parent].children.append(node.id)
+        elif tag == "S":
+            nodes[int(parts[1])].strings.append(_unescape(parts[2] if len(parts) > 2 else ""))
+        elif tag == "Q":
+            nodes[int(parts[1])].seqs.append([_unescape(p) for p in parts[2:]])
+    if 0 not in nodes:
+        raise SqlSyntaxError("the statement has no plan")
+    return Plan(nodes)
+
+
+def parse_plan(jsession: Any, text: str, max_nodes: int = MAX_PLAN_NODES) -> Plan:
+    """Spark's parse of ``text`` in ``jsession`` (a Java SparkSession), flattened.
+
+    Raises :class:`SqlSyntaxError` with Spark's own message when it does not
+    parse (nothing runs then)."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark import SparkContext
+    from pyspark.errors.exceptions.captured import CapturedException, ParseException
+
+    try:
+        jplan = jsession.sessionState().sqlParser().parsePlan(text)
+    except ParseException as exc:
+        raise SqlSyntaxError(str(exc).strip()) from None
+    except (CapturedException, Py4JJavaError) as exc:
+        if "ParseException" in str(exc)[:200] or "ParseException" in type(exc).__name__:
+            raise SqlSyntaxError(str(exc).strip()) from None
+        raise
+    try:
+        return decode(SparkContext._jvm.io.tierlake.internal.PlanWalker.describe(jplan, max_nodes))
+    except (CapturedException, Py4JJavaError) as exc:
+        raise PermissionDeniedError(f"permission denied: the statement's plan cannot be checked ({exc})") from None
+
+
+def function_names(jsession: Any) -> frozenset[str]:
+    """Every function name the session knows (built-ins and its UDFs)."""
+    from pyspark import SparkContext
+
+    names = SparkContext._jvm.io.tierlake.internal.PlanWalker.functionNames(jsession)
+    return frozenset(n.lower() for n in names.split("\n") if n)
+
+
+# -- rules ----------------------------------------------------------------
+
+_ORDER = {R.READER: 0, R.WRITER: 1, R.ADMIN: 2, NOBODY: 3}
+
+
+def _max(a: Requirement, b: Requirement) -> Requirement:
+    return b if _ORDER[b.role] > _ORDER[a.role] else a
+
+
+def _identifier(node: Node) -> list[str]:
+    return node.seqs[0] if node.seqs else []
+
+
+def _table_database(parts: list[str], current_db: str) -> str | None:
+    """The database of a catalog table named ``parts``; None when the name
+    is not a catalog table of the session catalog (a path, a data source,
+    another catalog)."""
+    lowered = [p.lower() for p in parts]
+    if lowered and lowered[0] == SESSION_CATALOG and len(lowered) >= 3:
+        lowered = lowered[1:]
+    if any(not p or "/" in p or "\\" in p or ":" in p or "." in p for p in lowered):
+        return None
+    if len(lowered) == 1:
+        return current_db
+    if len(lowered) == 2:
+        return None if lowered[0] in DATA_SOURCES else lowered[0]
+    if len(lowered) == 3 and lowered[2] in ICEBERG_METADATA_TABLES and lowered[0] not in DATA_SOURCES:
+        return lowered[0]
+    return None
+
+
+def _setting(node: Node) -> tuple[str | None, str | None]:
+    key = node.strings[0].strip().lower() if node.strings else None
+    value = node.strings[1] if len(node.strings) > 1 else None
+    return key, value
+
+
+def setting_requirement(key: str | None, value: str | None) -> Requirement:
+    """Who may set session setting ``key`` (None: show settings)."""
+    if key is None or key == "-v" or (value is None and not key.startswith("-")):
+        return Requirement(R.READER, "SET")  # shows settings, changes nothing
+    if key in FORBIDDEN_SETTINGS:
+        return Requirement(NOBODY, f"SET {key} (variable substitution stays off)")
+    if key in READER_SETTINGS:
+        return Requirement(R.READER, "SET")
+    return Requirement(R.ADMIN, f"SET {key}")
+
+
+def _write_target(plan: Plan, node: Node) -> Node | None:
+    target = plan.nodes[node.children[0]] if node.children else None
+    while target is not None and target.name == "SubqueryAlias" and target.children:
+        target = plan.nodes[target.children[0]]
+    return target
+
+
+def _function_requirement(parts: list[str], builtins: frozenset[str]) -> Requirement:
+    parts = [p.lower() for p in parts]
+    fname = parts[-1] if parts else ""
+    if len(parts) != 1:
+        return Requirement(R.ADMIN, f"the function {'.'.join(parts)}")
+    if fname in JVM_FUNCTIONS:
+        return Requirement(R.ADMIN, f"{fname} (JVM reflection)")
+    if fname not in builtins:
+        return Requirement(R.ADMIN, f"the function {fname}")
+    return Requirement(R.READER, "SELECT")
+
+
+def _node_requirement(plan: Plan, node: Node, current_db: str, builtins: frozenset[str]) -> Requirement:
+    name = node.name
+    if node.kind == "E":
+        if name == "UnresolvedFunction":
+            return _function_requirement(_identifier(node), builtins)
+        if name == "UnresolvedGenerator":
+            # name: FunctionIdentifier(funcName, database, catalog), flattened
+            return _function_requirement(list(reversed(node.strings)), builtins)
+        if name in OPAQUE_EXPRESSIONS:
+            return Requirement(R.ADMIN, "IDENTIFIER(…)")
+        if node.cls.startswith(EXPRESSION_PACKAGES) or name in MERGE_EXPRESSIONS:
+            return Requirement(R.READER, "SELECT")
+        return Requirement(R.ADMIN, name)
+    if node.kind != "P":
+        return Requirement(R.ADMIN, name)
+    if name == "UnresolvedRelation":
+        parts = _identifier(node)
+        if _table_database(parts, current_db) is None:
+            return Requirement(R.ADMIN, f"a query of {'.'.join(parts)} (files by path, or another catalog)")
+        return Requirement(R.READER, "SELECT")
+    if name == "UnresolvedTableValuedFunction":
+        parts = [p.lower() for p in _identifier(node)]
+        if len(parts) == 1 and parts[0] in TABLE_FUNCTIONS:
+            return Requirement(R.READER, "SELECT")
+        return Requirement(R.ADMIN, f"the table function {'.'.join(parts)}")
+    if name == "SetCommand":
+        return setting_requirement(*_setting(node))
+    if name == "ResetCommand":
+        key, _ = _setting(node)
+        if key in FORBIDDEN_SETTINGS:
+            return Requirement(NOBODY, f"RESET {key}")
+        return Requirement(R.READER if key is None or key in READER_SETTINGS else R.ADMIN, "RESET")
+    if name in WRITE_NODES:
+        verb = {"InsertIntoStatement": "INSERT", "MergeIntoTable": "MERGE", "UpdateTable": "UPDATE",
+                "DeleteFromTable": "DELETE"}[name]
+        target = _write_target(plan, node)
+        if target is None or target.name != "UnresolvedRelation":
+            return Requirement(R.ADMIN, f"{verb} into {target.name if target else 'this target'}")
+        database = _table_database(_identifier(target), current_db)
+        if database is None:
+            return Requirement(R.ADMIN, f"{verb} into {'.'.join(_identifier(target))}")
+        if database == SYS_DATABASE:
+            return Requirement(R.ADMIN, f"{verb} on sys tables (use the sys procedures)")
+        return Requirement(R.WRITER, verb)
+    if name in READER_NODES:
+        return Requirement(R.READER, _what(plan.root))
+    return Requirement(R.ADMIN, _what(plan.root))
+
+
+_WHAT = {"SetCatalogAndNamespace": "USE", "ExplainCommand": "EXPLAIN", "InsertIntoStatement": "INSERT",
+         "MergeIntoTable": "MERGE", "UpdateTable": "UPDATE", "DeleteFromTable": "DELETE",
+         "InsertIntoDir": "INSERT OVERWRITE DIRECTORY", "ScriptTransformation": "TRANSFORM (a script)",
+         "AddJarsCommand": "ADD JAR", "AddFilesCommand": "ADD FILE", "AddArchivesCommand": "ADD ARCHIVE",
+         "CreateFunction": "CREATE FUNCTION", "CreateFunctionCommand": "CREATE FUNCTION"}
+
+
+_QUERY_ROOTS = frozenset({"Project", "Sort", "GlobalLimit", "Union", "Aggregate", "Filter", "Distinct",
+                          "UnresolvedWith", "Intersect", "Except", "UnresolvedInlineTable", "UnresolvedHint"})
+
+
+def _what(root: Node) -> str:
+    if root.name in _WHAT:
+        return _WHAT[root.name]
+    if root.name in _QUERY_ROOTS:
+        return "SELECT"
+    # ShowTables -> SHOW TABLES, DropTable -> DROP TABLE (class names, not client text)
+    words, word = [], ""
+    for ch in root.name.removesuffix("Command"):
+        if ch.isupper() and word:
+            words.append(word)
+            word = ""
+        word += ch
+    return " ".join(words + [word]).upper()
+
+
+def requirement(plan: Plan, current_db: str | None, builtins: frozenset[str] = frozenset()) -> Requirement:
+    """The least role that may run ``plan`` with ``current_db`` as the
+    session's current database (for unqualified names). ``builtins``: the
+    function names any reader may call (built-ins and the session's UDFs);
+    any other function needs ``admin``."""
+    db = (current_db or "default").lower()
+    need = Requirement(R.READER, _what(plan.root))
+    for node in plan.nodes.values():
+        # Script transforms are named for the error even inside a query.
+        found = _node_requirement(plan, node, db, builtins)
+        if found.role != R.READER and node.name in _WHAT and found.what == _what(plan.root):
+            found = Requirement(found.role, _WHAT[node.name])
+        need = _max(need, found)
+    return need
+
+
+def authorise(plan: Plan, roles: frozenset[str] | set[str], current_db: str | None,
+              builtins: frozenset[str] = frozenset()) -> Decision:
+    """May a user holding ``roles`` run ``plan``?"""
+    need = requirement(plan, current_db, builtins)
+    return Decision(need.role is not NOBODY and R.allows(roles, need.role), need)

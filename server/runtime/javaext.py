@@ -1,0 +1,73 @@
+"""tierlake's own JVM classes (``server/runtime/java/*.java``), compiled once
+with ``javac`` against pyspark's jars and cached under ``$TIERLAKE_HOME/jars``
+(keyed by the sources' and pyspark's versions), like the relocated Jackson
+jar in jars.py. They go on the driver's class path:
+
+- ``io.tierlake.internal.PlanWalker`` flattens a parsed plan for the
+  gateway's authorisation (server/gateway/planauth.py);
+- ``io.tierlake.internal.SecretAuthenticator`` is the internal Spark Thrift
+  Server's custom authentication provider (only the gateway gets in).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.metadata
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import zipfile
+from pathlib import Path
+
+from tierlake.server.exceptions import JarResolutionError
+from tierlake.server.runtime.jars import pyspark_jars_dir
+
+log = logging.getLogger("tierlake.session")
+
+SOURCES = Path(__file__).with_name("java")
+PLAN_WALKER = "io.tierlake.internal.PlanWalker"
+SECRET_AUTHENTICATOR = "io.tierlake.internal.SecretAuthenticator"
+
+
+def _key() -> str:
+    digest = hashlib.sha256(importlib.metadata.version("pyspark").encode())
+    for source in sorted(SOURCES.glob("*.java")):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def internal_jar(home: Path) -> Path:
+    """The compiled jar, built on first use (a few seconds of ``javac``)."""
+    dest = Path(home) / "jars" / f"tierlake-internal-{_key()}.jar"
+    if dest.exists():
+        return dest
+    javac = shutil.which("javac", path=os.pathsep.join(
+        p for p in [os.path.join(os.environ.get("JAVA_HOME", ""), "bin"), os.environ.get("PATH", "")] if p))
+    if javac is None:
+        raise JarResolutionError("javac (a JDK 17) is needed once, to compile tierlake's JVM classes")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest.parent / ".tierlake-internal.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if dest.exists():
+                return dest
+            with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+                result = subprocess.run(
+                    [javac, "-nowarn", "-d", tmp, "-cp", str(pyspark_jars_dir() / "*"),
+                     *[str(s) for s in sorted(SOURCES.glob("*.java"))]],
+                    capture_output=True, text=True)
+                if result.returncode != 0:
+                    raise JarResolutionError(f"cannot compile tierlake's JVM classes: {result.stderr.strip()}")
+                partial = Path(tmp) / "out.jar"
+                with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as jar:
+                    jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
+                    for cls in sorted(Path(tmp).rglob("*.class")):
+                        jar.write(cls, cls.relative_to(tmp).as_posix())
+                os.replace(partial, dest)
+            log.info("compiled %s", dest)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return dest

@@ -1,0 +1,122 @@
+"""The role each statement needs, decided on Spark's own parse (the
+session's parser over py4j), and a property: hiding an admin-only
+statement's meaning behind comments, hints, ``${}`` or whitespace at any
+token boundary never makes it a reader's."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tierlake.procedures import load_builtins
+from tierlake.server.exceptions import SqlSyntaxError
+from tierlake.server.gateway import planauth
+from tierlake.server.gateway.authz import Authorizer, SparkSessions
+from tierlake.server.sqlapi import roles as R
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def authorizer(spark):
+    return Authorizer(None, load_builtins()).attach(SparkSessions(spark))
+
+
+def need(authorizer, statement: str, database: str | None = None):
+    jsession = authorizer.sessions.session(None, None)
+    plan = planauth.parse_plan(jsession, statement)
+    return planauth.requirement(plan, database, authorizer.sessions.functions(jsession, {"x"}))
+
+
+@pytest.mark.parametrize("statement, role", [
+    ("SELECT * FROM sys.lake_tiering_status", R.READER),
+    ("select 1 union select 2", R.READER),
+    ("(SELECT 1)", R.READER),
+    ("VALUES (1)", R.READER),
+    ("SHOW TABLES IN sys", R.READER),
+    ("DESCRIBE sys.tiering_rounds", R.READER),
+    ("EXPLAIN SELECT 1", R.READER),
+    ("USE shop", R.READER),
+    ("SET spark.sql.shuffle.partitions=2", R.READER),
+    ("SET", R.READER),
+    ("SET -v", R.READER),
+    ("SET TIME ZONE 'UTC'", R.READER),
+    ("RESET", R.READER),
+    ("SELECT * FROM shop.orders.snapshots", R.READER),
+    ("SELECT x FROM range(3) LATERAL VIEW explode(array(1)) t AS x", R.READER),
+    ("SELECT tierlake_freshness_lag(now(), now())", R.READER),
+    ("SET spark.sql.catalog.evil=com.example.Evil", R.ADMIN),
+    ("SET `spark.sql.extensions` = x", R.ADMIN),
+    ("SET spark.hadoop.fs.defaultFS=file:///", R.ADMIN),
+    ("SET spark.sql.variable.substitute=true", planauth.NOBODY),
+    ("INSERT INTO shop.orders VALUES (1, 'a')", R.WRITER),
+    ("insert into orders (id) values (1)", R.WRITER),
+    ("WITH x AS (SELECT 1 AS id) INSERT INTO shop.t SELECT * FROM x", R.WRITER),
+    ("MERGE INTO shop.t USING s ON t.id = s.id WHEN MATCHED THEN DELETE", R.WRITER),
+    ("UPDATE shop.t SET a = 1", R.WRITER),
+    ("DELETE FROM shop.t WHERE id = 1", R.WRITER),
+    ("INSERT INTO sys.tiering_tables SELECT * FROM sys.tiering_tables", R.ADMIN),
+    ("DELETE FROM `sys`.`tiering_round_log`", R.ADMIN),
+    ("INSERT OVERWRITE DIRECTORY '/tmp/x' SELECT 1", R.ADMIN),
+    ("CREATE TABLE shop.t (id BIGINT)", R.ADMIN),
+    ("ALTER TABLE shop.t SET TBLPROPERTIES ('table.datalake.freshness'='1 s')", R.ADMIN),
+    ("DROP TABLE shop.t", R.ADMIN),
+    ("ADD JAR /tmp/evil.jar", R.ADMIN),
+    ("CALL spark_catalog.system.expire_snapshots('shop.t')", R.ADMIN),
+    ("SELECT reflect('java.lang.System', 'exit', 0)", R.ADMIN),
+    ("SELECT * FROM text.`/etc/passwd`", R.ADMIN),
+    ("SELECT no_such_function(1)", R.ADMIN),
+])
+def test_roles(authorizer, statement, role):
+    assert need(authorizer, statement).role == role
+
+
+def test_unqualified_names_resolve_against_the_current_database(authorizer):
+    assert need(authorizer, "INSERT INTO tiering_tables VALUES (1)", "sys").role == R.ADMIN
+    assert need(authorizer, "INSERT INTO tiering_tables VALUES (1)", "shop").role == R.WRITER
+
+
+def test_what_does_not_parse_is_refused_with_sparks_error(authorizer):
+    for statement in ("this is not sql ((", "SELECT 1; DROP TABLE shop.t", "/* /*+ */ SELECT 1 */"):
+        with pytest.raises(SqlSyntaxError, match="PARSE_SYNTAX_ERROR|UNCLOSED_BRACKETED_COMMENT|Syntax error"):
+            need(authorizer, statement)
+
+
+ADMIN_ONLY = [
+    "DROP TABLE sys.procedure_roles",
+    "SELECT TRANSFORM(*) USING 'id' AS (o STRING) FROM (SELECT 1 a)",
+    "ADD JAR /tmp/evil.jar",
+    "SET spark.sql.catalog.evil = com.example.Evil",
+    "SELECT * FROM `com.databricks.spark.csv`.`/etc/passwd`",
+    "INSERT INTO sys.tiering_tables SELECT * FROM sys.tiering_tables",
+    "SELECT java_method('java.lang.System', 'getenv', 'HOME')",
+    "WITH q AS (SELECT * FROM text.`/etc/passwd`) SELECT * FROM q",
+    "CREATE FUNCTION f AS 'com.example.F'",
+    "INSERT OVERWRITE DIRECTORY '/tmp/x' SELECT 1",
+    "SET spark.sql.variable.substitute = true",
+    "EXPLAIN SELECT * FROM json.`/etc/passwd`",
+]
+# Quoted strings and identifiers stay whole; everything else splits at word/punctuation boundaries.
+_TOKENS = re.compile(r"'[^']*'|`[^`]*`|\w+|\S")
+JUNK = [" ", "\n", "\t", "  \r\n ", "/* c */", "/**/", "/*+ hint */", "/* /*+ */ */", "/* -- */", "-- c\n",
+        "${x}", "${env:HOME}", "/* ${spark.sql.p} */", "-- ${x}\n"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(ADMIN_ONLY), st.data())
+def test_hiding_never_makes_an_admin_statement_a_readers(authorizer, statement, data):
+    tokens = _TOKENS.findall(statement)
+    out = []
+    for token in tokens:
+        out.append(data.draw(st.lists(st.sampled_from(JUNK), max_size=2).map("".join)))
+        out.append(token)
+    out.append(data.draw(st.lists(st.sampled_from(JUNK), max_size=2).map("".join)))
+    text = "".join(out)
+    try:
+        role = need(authorizer, text).role
+    except SqlSyntaxError:
+        return  # refused: it does not parse
+    assert role in (R.ADMIN, planauth.NOBODY), text
