@@ -343,7 +343,8 @@ class _Connection:
                 self.sessions[guid] = SessionInfo(user, guid, response.serverProtocolVersion,
                                                   self.address,
                                                   database.lower() if isinstance(database, str) else None,
-                                                  settings=tuple(str(k) for k in configuration if str(k).startswith("set:")),
+                                                  settings=tuple(str(k) for k in configuration
+                                                                 if str(k).startswith("set:")),
                                                   secret=response.sessionHandle.sessionId.secret)
                 log.debug("session opened for %r from %s (protocol V%d)", user, self.address,
                           response.serverProtocolVersion + 1)
