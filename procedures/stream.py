@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tierlake.server.changelog.stream_repair import RESULT_COLUMNS, drop_stream_commit as drop_commit
+from tierlake.server.changelog.stream_repair import RESULT_COLUMNS
+from tierlake.server.changelog.stream_repair import drop_stream_commit as drop_commit
 from tierlake.server.coordinator.registration import existing_table
 from tierlake.server.sqlapi import registry
 from tierlake.server.sqlapi.context import Context
