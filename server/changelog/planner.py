@@ -181,6 +181,27 @@ def plan_round(spark: Any, stream: TablePath, lake: TablePath, spec: TieredSpec,
     return plan
 
 
+def range_chunk(stream_table: Any, start_id: int | None, start_position: int, head: Any) -> Chunk:
+    """The stream commits ``(start_position, head]`` as one chunk (a KV snapshot's range): its appends, and
+    whether a ``replace`` commit inside it rewrote their files (server/changelog/lake_write.py reads them)."""
+    commits: list[StreamCommit] = []
+    replaced: list[int] = []
+    snapshot = head
+    while snapshot is not None and int(snapshot.sequenceNumber()) > start_position:
+        operation = str(snapshot.operation())
+        if operation == "append":
+            commits.append(StreamCommit(int(snapshot.sequenceNumber()), int(snapshot.snapshotId()), operation,
+                                        summary(snapshot), int(snapshot.timestampMillis())))
+        elif operation == REPLACE:
+            replaced.append(int(snapshot.sequenceNumber()))
+        parent = snapshot.parentId()
+        snapshot = None if parent is None else stream_table.snapshot(parent)
+    commits.reverse()
+    chunk = Chunk(start_id, int(head.snapshotId()), start_position, int(head.sequenceNumber()), commits)
+    chunk.rewritten = bool(replaced)
+    return chunk
+
+
 def non_append_message(stream: TablePath, commit: StreamCommit, parent: int | None,
                        later: list[StreamCommit]) -> str:
     """The error of a non-append stream commit, with the calls that take it out and lose no append."""
