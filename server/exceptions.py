@@ -137,6 +137,33 @@ class ChangelogError(TieringGuardError):
     error_code = 5002
 
 
+class LakeHistoryError(TieringGuardError):
+    """The lake table no longer says which stream position it covers: its
+    tiering commits were expired and it has no recorded position (never
+    guessed as 0, which would tier the whole stream again)."""
+
+    sqlstate = "55000"
+    error_code = 5010
+
+
+class NonAppendCommitError(TieringGuardError):
+    """A commit on a stream table that is neither an append nor a ``replace``
+    (a user ``DELETE``, ``UPDATE``, ``MERGE`` or overwrite). The message gives
+    the calls that take it out without losing any append."""
+
+    sqlstate = "55000"
+    error_code = 5011
+
+
+class StreamReplacedError(TieringGuardError):
+    """The stream table was dropped and created again under its name (its
+    Iceberg table UUID differs from the one registered, or the lake's rows came
+    from another table)."""
+
+    sqlstate = "55000"
+    error_code = 5012
+
+
 class QualityCheckError(TierlakeError):
     """A write-audit-publish round whose data failed the table's expectations
     (``table.datalake.quality = block``): nothing was published."""

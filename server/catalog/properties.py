@@ -44,6 +44,11 @@ STREAM_TABLE_PROPERTY = "tierlake.stream-table"
 KV_OF_PROPERTY = "tierlake.kv-table-of"
 LAKE_FIELD_IDS = "tierlake.lake.field-ids"
 FRESH_VIEW_PROPERTY = "tierlake.fresh-view"
+# The lake's tiered position, set in the same metadata commit as every tiering lake commit: snapshot expiry
+# (a user's or tierlake's) cannot remove it, unlike the summaries (server/changelog/planner.py).
+LAKE_TIERED_POSITION = "tierlake.lake.tiered-position"
+LAKE_TIERED_SNAPSHOT = "tierlake.lake.tiered-snapshot-id"
+LAKE_STREAM_UUID = "tierlake.lake.stream-uuid"
 # ---- Iceberg's own properties tierlake sets ----------------------------------
 FORMAT_VERSION = "format-version"
 WRITE_MERGE_MODE = "write.merge.mode"
@@ -133,6 +138,13 @@ TABLE_PROPERTIES: tuple[Property, ...] = (
     Property(LAKE_FIELD_IDS, None, "str",
              "JSON `{stream field id: lake column}`: which stream column each lake (or KV) column carries, "
              "so renames follow the column and a dropped one is known", table="lake", internal=True),
+    Property(LAKE_TIERED_POSITION, None, "position",
+             "the stream position the lake covers, written with every tiering lake commit (survives snapshot expiry)",
+             table="lake", internal=True),
+    Property(LAKE_TIERED_SNAPSHOT, None, "int", "the stream snapshot at that position", table="lake", internal=True),
+    Property(LAKE_STREAM_UUID, None, "str",
+             "the Iceberg table UUID of the stream table the lake's rows came from (a re-created stream differs)",
+             table="lake", internal=True),
     Property(MAX_SNAPSHOT_AGE, None, "int",
              "a century on KV tables: their retention is tierlake's, not Iceberg's age-based expiry", table="kv",
              internal=True),

@@ -91,20 +91,44 @@ def sync_lake_schema(spark: Any, stream: TablePath, lake: TablePath) -> list[Car
 def _changes(spark: Any, stream: TablePath, changes: Chunk, columns: list[Carried]) -> Any:
     """The stream rows committed in ``changes`` as ``columns`` (by field id), with their ``_file`` and ``_pos``.
 
-    The first chunk reads at a snapshot, i.e. with that snapshot's schema;
-    projecting by field id gives every chunk the current columns (NULL where
-    the read schema lacks them) under the lake's names.
+    Each append's own data files are read (Iceberg's incremental append scan
+    reads the manifests the appends wrote), never the table's current file
+    list: a ``replace`` commit (compaction, a manifest rewrite) during the
+    round or inside its range changes nothing that is read. The table's
+    first snapshot has no parent to start an incremental scan after: it is
+    read at itself, with its schema; projecting by field id gives every part
+    the current columns (NULL where the read schema lacks them) under the
+    lake's names.
     """
-    reader = spark.read.format("iceberg")
-    if changes.start_snapshot_id is None:
-        reader = reader.option("snapshot-id", str(changes.end_snapshot_id))
-        at = changes.end_snapshot_id
-    else:
-        reader = (reader.option("start-snapshot-id", str(changes.start_snapshot_id))
-                  .option("end-snapshot-id", str(changes.end_snapshot_id)))
-        at = None
-    frame = reader.load(stream.quoted)
-    return lake_schema.project(frame, lake_schema.read_fields(iceberg_table(spark, stream.quoted), at), columns)
+    table = iceberg_table(spark, stream.quoted)
+    start, end, parts = changes.start_snapshot_id, changes.end_snapshot_id, []
+    if start is None:
+        start = changes.commits[0].snapshot_id if changes.commits else end
+        frame = spark.read.format("iceberg").option("snapshot-id", str(start)).load(stream.quoted)
+        parts.append(lake_schema.project(frame, lake_schema.read_fields(table, start), columns))
+    if start != end:
+        frame = (spark.read.format("iceberg").option("start-snapshot-id", str(start))
+                 .option("end-snapshot-id", str(end)).load(stream.quoted))
+        parts.append(lake_schema.project(frame, lake_schema.read_fields(table, None), columns))
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.unionByName(part)
+    return out
+
+
+def _files_statement(spark: Any, stream: TablePath, changes: Chunk) -> str:
+    """``stream_files`` for the chunk: the data files its appends added, with their sequence numbers.
+
+    Read as of the chunk's end snapshot (later commits, a compaction during
+    the round included, do not matter); when a ``replace`` commit inside the
+    range rewrote the appends' files, from ``all_entries``: the entries the
+    appends themselves added.
+    """
+    entries = [stream.database, stream.table, "all_entries" if changes.rewritten else "entries"]
+    return sql.render_checked(
+        T_STREAM_FILES, entries=entries, bucket_field=bucket_field(spark, stream),
+        version=None if changes.rewritten else changes.end_snapshot_id,
+        snapshot_ids=changes.snapshot_ids if changes.rewritten else None)
 
 
 class ChangelogWrite:
@@ -149,8 +173,7 @@ class ChangelogWrite:
                                                 columns=self.columns)
             return
         spark.sql(
-            sql.render_checked(T_STREAM_FILES, entries=[stream.database, stream.table, "entries"],
-                               bucket_field=bucket_field(spark, stream)),
+            _files_statement(spark, stream, changes),
             args={"start_position": changes.start_position, "end_position": changes.end_position},
         ).createOrReplaceTempView(self.files_view)
         validation.check_changes(spark, stream, self.spec, self.delta_view, self.files_view, self.columns)

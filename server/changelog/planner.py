@@ -16,10 +16,18 @@ from tierlake.server.catalog.properties import LOG_START_PROPERTY as LOG_START
 from tierlake.server.catalog.properties import MAINTENANCE, SOURCE_POSITION, SOURCE_SNAPSHOT
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
-from tierlake.server.exceptions import TieringGuardError
+from tierlake.server.changelog import positions
+from tierlake.server.changelog.positions import Registered, lake_position, summary
+from tierlake.server.exceptions import NonAppendCommitError, TieringGuardError
 from tierlake.server.runtime.session import iceberg_table
 
-MAX_WALK = 100_000
+__all__ = ["MAINTENANCE", "SOURCE_POSITION", "SOURCE_SNAPSHOT", "Registered", "lake_position", "summary"]
+
+# ``replace`` commits (rewrite_data_files, rewrite_manifests, tierlake's stream
+# compaction) change files, never rows: rounds read each append's own files
+# (server/changelog/lake_write.py), so a replace is carried by skipping it.
+REPLACE = "replace"
+MAX_SHOWN = 5  # cherry-picks spelled out in an error (the coordinator keeps 2048 characters of it)
 
 
 class LogTruncatedError(TieringGuardError):
@@ -58,6 +66,11 @@ class Chunk:
     end_position: int
     commits: list[StreamCommit]
     snapshot: Any = None  # a KV snapshot split (server/tiering/snapshot_split.py) instead of commits
+    rewritten: bool = False  # a replace commit lies in (start, end]: the appends' files were rewritten since
+
+    @property
+    def snapshot_ids(self) -> list[int]:
+        return [c.snapshot_id for c in self.commits]
 
 
 @dataclass
@@ -71,6 +84,8 @@ class Plan:
     commits: list[StreamCommit] = field(default_factory=list)
     start_snapshot_id: int | None = None
     snapshot_split: Any = None  # set by server/tiering/snapshot_split.py: read it before the commits
+    replaced: list[int] = field(default_factory=list)  # positions of replace commits after lake_position
+    stream_uuid: str | None = None  # recorded in the lake with every commit (server/changelog/positions.py)
 
     @property
     def empty(self) -> bool:
@@ -90,41 +105,28 @@ class Plan:
                 start_id, start_pos, current = commit.snapshot_id, commit.sequence, []
         if current:
             out.append(Chunk(start_id, current[-1].snapshot_id, start_pos, current[-1].sequence, current))
+        for chunk in out:
+            chunk.rewritten = any(chunk.start_position < p <= chunk.end_position for p in self.replaced)
         return out
-
-
-def summary(snapshot: Any) -> dict[str, str]:
-    """An Iceberg snapshot's summary (a Java map) as a Python dict."""
-    return {str(k): str(v) for k, v in dict(snapshot.summary()).items()}
-
-
-def lake_position(lake_table: Any) -> tuple[int, int | None]:
-    """``(position, stream snapshot id)`` of the newest tiering commit on main."""
-    snapshot = lake_table.currentSnapshot()
-    walked = 0
-    while snapshot is not None and walked < MAX_WALK:
-        props = summary(snapshot)
-        if SOURCE_POSITION in props:
-            sid = props.get(SOURCE_SNAPSHOT)
-            return int(props[SOURCE_POSITION]), (int(sid) if sid else None)
-        parent = snapshot.parentId()
-        snapshot = lake_table.snapshot(parent) if parent is not None else None
-        walked += 1
-    return 0, None
 
 
 def _when(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def plan_round(spark: Any, stream: TablePath, lake: TablePath, spec: TieredSpec, start: int | None = None) -> Plan:
+def plan_round(spark: Any, stream: TablePath, lake: TablePath, spec: TieredSpec, start: int | None = None,
+               registered: Registered | None = None) -> Plan:
     """Compare the lake's position with the stream's end and list the commits between.
 
     ``start``: plan the commits after this position instead (a KV snapshot split covers the rest).
+    ``registered``: the coordinator's record of the table, cross-checked
+    (server/changelog/positions.py): its tiered position and stream UUID.
     """
     stream_table = iceberg_table(spark, stream.quoted)
     lake_table = iceberg_table(spark, lake.quoted)
-    position, _ = lake_position(lake_table)
+    positions.check_identity(stream, lake, stream_table, lake_table, registered)
+    position, _, found = positions.recorded_position(lake_table, lake)
+    positions.cross_check(lake, position, found, registered)
     if start is not None:
         position = start
     log_start = int(dict(stream_table.properties()).get(LOG_START) or 0)
@@ -135,7 +137,7 @@ def plan_round(spark: Any, stream: TablePath, lake: TablePath, spec: TieredSpec,
             "from the log")
     lake_snapshot = lake_table.currentSnapshot()
     plan = Plan(stream, lake, spec, position, None if lake_snapshot is None else int(lake_snapshot.snapshotId()),
-                end_position=position)
+                end_position=position, stream_uuid=str(stream_table.uuid()))
     head = stream_table.currentSnapshot()
     if head is None:
         return plan
@@ -168,18 +170,55 @@ def plan_round(spark: Any, stream: TablePath, lake: TablePath, spec: TieredSpec,
             f"the stream table {stream} has no snapshot at tiered position {position}; its history was rewritten"
         )
     commits.reverse()
-    for commit in commits:
-        if commit.operation == "append" or MAINTENANCE in commit.summary:
+    for index, commit in enumerate(commits):
+        if commit.operation in ("append", REPLACE) or MAINTENANCE in commit.summary:
             continue
-        raise TieringGuardError(
-            f"stream table {stream} has a non-append commit that tiering cannot carry: snapshot "
-            f"{commit.snapshot_id} (operation '{commit.operation}', log position {commit.sequence}, committed "
-            f"{_when(commit.timestamp_ms)}). Stream tables are append-only logs: write changes as rows "
-            f"(for primary-key tables with _change_type '-D' for deletes). To resume, roll the stream table back "
-            f"to the last tiered snapshot: CALL spark_catalog.system.rollback_to_snapshot('{stream}', "
-            f"{plan.start_snapshot_id if plan.start_snapshot_id is not None else 'the snapshot before it'}); "
-            f"then CALL sys.retry_tiering('{stream}')"
-        )
+        parent = commits[index - 1].snapshot_id if index > 0 else plan.start_snapshot_id
+        raise NonAppendCommitError(non_append_message(stream, commit, parent, commits[index + 1:]))
     plan.commits = [c for c in commits if c.operation == "append"]
+    plan.replaced = [c.sequence for c in commits if c.operation == REPLACE]
     plan.end_position = end
     return plan
+
+
+def range_chunk(stream_table: Any, start_id: int | None, start_position: int, head: Any) -> Chunk:
+    """The stream commits ``(start_position, head]`` as one chunk (a KV snapshot's range): its appends, and
+    whether a ``replace`` commit inside it rewrote their files (server/changelog/lake_write.py reads them)."""
+    commits: list[StreamCommit] = []
+    replaced: list[int] = []
+    snapshot = head
+    while snapshot is not None and int(snapshot.sequenceNumber()) > start_position:
+        operation = str(snapshot.operation())
+        if operation == "append":
+            commits.append(StreamCommit(int(snapshot.sequenceNumber()), int(snapshot.snapshotId()), operation,
+                                        summary(snapshot), int(snapshot.timestampMillis())))
+        elif operation == REPLACE:
+            replaced.append(int(snapshot.sequenceNumber()))
+        parent = snapshot.parentId()
+        snapshot = None if parent is None else stream_table.snapshot(parent)
+    commits.reverse()
+    chunk = Chunk(start_id, int(head.snapshotId()), start_position, int(head.sequenceNumber()), commits)
+    chunk.rewritten = bool(replaced)
+    return chunk
+
+
+def non_append_message(stream: TablePath, commit: StreamCommit, parent: int | None,
+                       later: list[StreamCommit]) -> str:
+    """The error of a non-append stream commit, with the calls that take it out and lose no append."""
+    what = (f"stream table {stream} has a non-append commit that tiering cannot carry: snapshot "
+            f"{commit.snapshot_id} (operation '{commit.operation}', log position {commit.sequence}, committed "
+            f"{_when(commit.timestamp_ms)}). Stream tables are append-only logs: write changes as rows "
+            "(for primary-key tables with _change_type '-D' for deletes). ")
+    if parent is None:
+        return what + f"It is the table's first commit and cannot be taken out: create {stream} again"
+    appends = [c.snapshot_id for c in later if c.operation == "append"]
+    shown = ", ".join(f"CALL spark_catalog.system.cherrypick_snapshot('{stream}', {a})" for a in appends[:MAX_SHOWN])
+    by_hand = f"CALL spark_catalog.system.rollback_to_snapshot('{stream}', {parent})" + (f"; {shown}" if shown else "")
+    if len(appends) > MAX_SHOWN:
+        by_hand += f"; … ({len(appends) - MAX_SHOWN} more appends, oldest first)"
+    return what + (
+        f"To take it out without losing any append ({len(appends)} committed after it), stop the writers of "
+        f"{stream}, then CALL sys.drop_stream_commit('{stream}', {commit.snapshot_id}) and "
+        f"CALL sys.retry_tiering('{stream}'). It rolls the table back to snapshot {parent} and re-applies the "
+        f"later appends in their order, in one commit; by hand: {by_hand}"
+    )

@@ -35,7 +35,7 @@ _COLUMNS = [
     "table_id", "database_name", "table_name", "lake_database", "lake_table", "status",
     "tiering_epoch", "job_id", "last_heartbeat", "last_tiered_time", "tiered_position",
     "last_error", "last_error_time", "failure_count", "properties", "created_at", "updated_at",
-    "pending_since", "round_started", "next_due",
+    "pending_since", "round_started", "next_due", "stream_uuid",
 ]
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from tierlake import sql
 from tierlake.server.catalog.table_path import TablePath, parse_table_path
 from tierlake.server.coordinator import state_machine as sm
+from tierlake.server.coordinator.coordinator import STATE_TABLE
 from tierlake.server.coordinator.state_machine import Status, TableState
 from tierlake.server.exceptions import NoSuchTableError
 from tierlake.server.runtime.session import iceberg_table
@@ -112,6 +113,7 @@ def register_table(
     atomic CTAS filled both), so the first round starts after it.
     """
     props = iceberg_properties(ctx.spark, path)
+    stream_uuid = str(iceberg_table(ctx.spark, path.quoted).uuid())
     next_id = ctx.spark.sql(sql.read(Q_MAX_TABLE_ID)).collect()[0]["max_id"] + 1
 
     def change(states: dict[int, TableState], now: datetime):
@@ -122,6 +124,7 @@ def register_table(
         state = TableState(
             table_id, path.database, path.table, lake.database, lake.table, properties=tiering_properties(props)
         )
+        state.stream_uuid = stream_uuid
         sm.register(state, initial, now)
         if tiered_position is not None:
             state.tiered_position = tiered_position
@@ -130,6 +133,16 @@ def register_table(
         return (state, True), True, []
 
     return coordinator(ctx).mutate(change)
+
+
+def registered_record(spark: Any, table_id: int) -> tuple[int | None, str | None] | None:
+    """``(tiered position, stream UUID)`` the coordinator recorded for ``table_id``: a tiering worker
+    cross-checks them when planning (server/changelog/positions.py). None if it is not registered."""
+    rows = (spark.table(STATE_TABLE).where(f"table_id = {int(table_id)}")
+            .select("tiered_position", "stream_uuid").collect())
+    if not rows:
+        return None
+    return rows[0]["tiered_position"], rows[0]["stream_uuid"]
 
 
 def unregister_table(ctx: Context, path: TablePath) -> TableState:

@@ -82,6 +82,7 @@ class TableState:
     pending_since: datetime | None = None
     round_started: datetime | None = None
     next_due: datetime | None = None
+    stream_uuid: str | None = None  # Iceberg table UUID at registration (a re-created stream differs)
 
     @property
     def path(self) -> str:

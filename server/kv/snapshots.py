@@ -25,7 +25,7 @@ from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.catalog.tiered_tables import create_lake_table
 from tierlake.server.changelog import lake_write
-from tierlake.server.changelog.planner import Chunk, summary
+from tierlake.server.changelog.planner import range_chunk, summary
 from tierlake.server.exceptions import InvalidArgumentError, TieringGuardError
 from tierlake.server.kv.catalog import (
     KV_OF_PROPERTY,
@@ -100,7 +100,7 @@ def take_snapshot(spark: Any, stream: TablePath, catalog: KvCatalog | None = Non
                 f"the changelog of {stream} before position {props[LOG_START_PROPERTY]} was removed by log "
                 f"retention and the KV table {kv} does not reach it: the state cannot be rebuilt")
         columns = lake_write.sync_lake_schema(spark, stream, kv)
-        changes = Chunk(start_id, head_id, start, end, [])
+        changes = range_chunk(iceberg_table(spark, stream.quoted), start_id, start, head)
         props_out = {KV_POSITION: str(end), KV_STREAM_SNAPSHOT: str(head_id), P.COMMIT_USER: lake_write.COMMIT_USER}
         before = None if current is None else int(current.snapshotId())
         with lake_write.ChangelogWrite(spark, stream, spec, [kv.database, kv.table], changes, columns,

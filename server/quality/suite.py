@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from tierlake.server.catalog.properties import LAKE_TIERED_POSITION
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.changelog.planner import SOURCE_POSITION
@@ -129,7 +130,8 @@ def _lake_snapshot(spark: Any, target: Target) -> tuple[int | None, int]:
             return head, int(summary[SOURCE_POSITION])
         parent = snapshot.parentId()
         snapshot = table.snapshot(parent) if parent is not None else None
-    return head, 0
+    # Compaction + expiry removed the summaries: the position every tiering commit also records as a property.
+    return head, int(dict(table.properties()).get(LAKE_TIERED_POSITION) or 0)
 
 
 def run(spark: Any, target: Target, sample_size: int = DEFAULT_SAMPLE_SIZE) -> RunResult:

@@ -27,6 +27,7 @@ from tierlake.server.catalog import properties as P
 from tierlake.server.changelog import fresh_view, lake_write
 from tierlake.server.changelog.lake_schema import Carried
 from tierlake.server.changelog.planner import SOURCE_POSITION, SOURCE_SNAPSHOT, Chunk, Plan
+from tierlake.server.changelog.positions import position_properties
 from tierlake.server.exceptions import FencedEpochError
 from tierlake.server.quality.gate import QualityGate
 from tierlake.server.runtime import faults
@@ -93,7 +94,8 @@ def run_round(
             point("before-commit")
             check_epoch()
             last = index == len(chunks) - 1 or time.monotonic() - started >= max_duration_s
-            fast_forward(spark, plan, branch, epoch, drop_branch=last)
+            fast_forward(spark, plan, branch, epoch, drop_branch=last,
+                         recorded=position_properties(chunk.end_position, chunk.end_snapshot_id, plan.stream_uuid))
             fresh_view.after_lake_commit(spark, plan)  # re-pin the fresh view to the new lake snapshot
             branch_dropped = last
             point("after-lake-commit")
@@ -167,13 +169,25 @@ def write_chunk(spark: Any, plan: Plan, chunk: Chunk, branch: str, columns: list
         write.commit(properties)
 
 
-def fast_forward(spark: Any, plan: Plan, branch: str, epoch: int, drop_branch: bool) -> None:
-    """The lake commit: ``main`` to the branch (and, on the last chunk, the branch dropped in the same commit)."""
+def fast_forward(spark: Any, plan: Plan, branch: str, epoch: int, drop_branch: bool,
+                 recorded: dict[str, str] | None = None) -> None:
+    """The lake commit: ``main`` to the branch (and, on the last chunk, the branch dropped in the same commit).
+
+    ``recorded``: lake table properties set in the same metadata commit (the
+    tiered position, which snapshot expiry cannot remove: server/changelog/positions.py).
+    """
     try:
-        manage = iceberg_table(spark, plan.lake.quoted).manageSnapshots().fastForwardBranch("main", branch)
+        transaction = iceberg_table(spark, plan.lake.quoted).newTransaction()
+        manage = transaction.manageSnapshots().fastForwardBranch("main", branch)
         if drop_branch:
             manage = manage.removeBranch(branch)  # one metadata commit instead of two
         manage.commit()
+        if recorded:
+            update = transaction.updateProperties()
+            for key, value in recorded.items():
+                update = update.set(key, value)
+            update.commit()
+        transaction.commitTransaction()
     except Exception as e:
         if "not an ancestor" in str(e) or "Cannot fast-forward" in str(e):
             raise FencedEpochError(

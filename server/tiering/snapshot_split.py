@@ -45,10 +45,10 @@ class SnapshotSplit:
 
 
 def plan_round(spark: Any, stream: TablePath, lake: TablePath, spec: TieredSpec,
-               exclude: frozenset[int] = frozenset()) -> planner.Plan:
+               exclude: frozenset[int] = frozenset(), registered: planner.Registered | None = None) -> planner.Plan:
     """Plan from the lake's position; from the newest KV snapshot when the log does not reach it."""
     try:
-        return planner.plan_round(spark, stream, lake, spec)
+        return planner.plan_round(spark, stream, lake, spec, registered=registered)
     except planner.LogTruncatedError as e:
         if not spec.is_primary_key:
             raise
@@ -62,7 +62,7 @@ def plan_round(spark: Any, stream: TablePath, lake: TablePath, spec: TieredSpec,
                 f"cannot be rebuilt (take KV snapshots with CALL sys.kv_snapshot('{stream}') before log retention "
                 "removes the changelog)") from e
         snap = usable[-1]
-        plan = planner.plan_round(spark, stream, lake, spec, start=snap.log_position)
+        plan = planner.plan_round(spark, stream, lake, spec, start=snap.log_position, registered=registered)
         plan.snapshot_split = SnapshotSplit(snap.kv_table, snap.snapshot_id, snap.log_position,
                                             snap.stream_snapshot_id, spec.buckets)
         log.info("%s: the log does not reach lake position; rebuilding from KV snapshot %d (log position %d)",
@@ -71,11 +71,11 @@ def plan_round(spark: Any, stream: TablePath, lake: TablePath, spec: TieredSpec,
 
 
 def plan_and_lease(spark: Any, leases: JobLeases, path: str, stream: TablePath, lake: TablePath,
-                   spec: TieredSpec) -> planner.Plan:
+                   spec: TieredSpec, registered: planner.Registered | None = None) -> planner.Plan:
     """Plan the round; lease its snapshot split's snapshot before anything reads it."""
     exclude: set[int] = set()
     for _ in range(MAX_LEASE_ATTEMPTS):
-        plan = plan_round(spark, stream, lake, spec, frozenset(exclude))
+        plan = plan_round(spark, stream, lake, spec, frozenset(exclude), registered)
         split = plan.snapshot_split
         if split is None or leases.acquire(path, split):
             return plan

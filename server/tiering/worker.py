@@ -17,7 +17,9 @@ from tierlake.server.catalog import properties as P
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import parse_table_path
 from tierlake.server.catalog.tiered_tables import lake_of
+from tierlake.server.changelog.planner import Registered
 from tierlake.server.clients.procedure_client import LocalClient
+from tierlake.server.coordinator.registration import registered_record
 from tierlake.server.exceptions import FencedEpochError, TierlakeError
 from tierlake.server.runtime import faults
 from tierlake.server.runtime.config import Config
@@ -117,7 +119,9 @@ class Worker(threading.Thread):
             spec = TieredSpec.from_properties(props)
             max_round = P.read(props, P.MAX_ROUND)
             chunk_rows = P.read(props, P.CHUNK_ROWS, self.config)
-            plan = snapshot_split.plan_and_lease(self.spark, self.leases, path, stream, lake, spec)
+            record = registered_record(self.spark, table_id)  # cross-checked with the lake and the stream
+            registered = None if record is None else Registered(*record)
+            plan = snapshot_split.plan_and_lease(self.spark, self.leases, path, stream, lake, spec, registered)
             result = run_round(self.spark, plan, table_id, epoch, self.job_id, check_epoch,
                                max_round.total_seconds(), chunk_rows, hook=self.hook)
             renewer.done.set()

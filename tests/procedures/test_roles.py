@@ -25,6 +25,7 @@ EXPECTED = {
     "enable_tiering": roles.ADMIN,
     "disable_tiering": roles.ADMIN,
     "retry_tiering": roles.ADMIN,
+    "drop_stream_commit": roles.ADMIN,
     "create_table_as": roles.ADMIN,
     "kv_snapshot": roles.ADMIN,
     "expire_kv_snapshots": roles.ADMIN,

@@ -50,7 +50,10 @@ CASES = {
         delta="__d", files="__f", columns=["a", "b", "v"], json_columns=[], keys=["a", "b"], sequence_by=None,
         change_type=CHANGE_TYPE, change_types=CHANGE_TYPES, shown=5)),
     "stream_files": ("templates/stream_files.sql.j2", dict(
-        entries=["shop", "orders", "entries"], bucket_field="order_id_bucket")),
+        entries=["shop", "orders", "entries"], bucket_field="order_id_bucket", version=7123, snapshot_ids=None)),
+    "stream_files_rewritten": ("templates/stream_files.sql.j2", dict(
+        entries=["shop", "orders", "all_entries"], bucket_field="order_id_bucket", version=None,
+        snapshot_ids=[7121, 7123])),
     "add_columns": ("templates/lake_add_columns.sql.j2", dict(
         table=["shop_lake", "orders"], columns=[Column("note", "STRING"), Column("n", "DECIMAL(10, 2)")])),
     "create_stream_staged": ("templates/create_stream_table.sql.j2", dict(
