@@ -14,7 +14,8 @@ import importlib
 from tierlake.server.sqlapi import registry
 
 BUILTIN_MODULES = ["tierlake.procedures.system", "tierlake.procedures.tiering", "tierlake.procedures.tables",
-                   "tierlake.procedures.kv_snapshots", "tierlake.procedures.leases", "tierlake.procedures.quality"]
+                   "tierlake.procedures.kv_snapshots", "tierlake.procedures.leases", "tierlake.procedures.quality",
+                   "tierlake.procedures.maintenance"]
 
 
 def load_builtins() -> registry.Registry:

@@ -15,6 +15,7 @@ from tierlake.server.gateway.handler import CallHandler
 from tierlake.server.runtime import functions as sql_functions
 from tierlake.server.runtime import migrations
 from tierlake.server.runtime.config import Config
+from tierlake.server.runtime.housekeeping import Housekeeper
 from tierlake.server.runtime.session import (
     HomeLock,
     build_spark,
@@ -96,6 +97,7 @@ class Server:
         self.coordinator: Coordinator | None = None
         self.workers: list = []
         self.kv_maintenance: Any = None
+        self.housekeeper: Any = None
         self.metastore_uri: str | None = None
         self._lock = HomeLock(config.home)
         self._stopped = threading.Event()
@@ -136,6 +138,8 @@ class Server:
             self.coordinator = Coordinator(self.spark, self.config)
             self._recover_ctas()
             self.coordinator.start_ticker(self.config.duration("tierlake.coordinator.interval"))
+            self.housekeeper = Housekeeper(self.spark, self.config)  # bounded sys state (DESIGN §12)
+            self.housekeeper.start()
             self.thrift_server = start_thrift_server(self.spark)
             metastore_port = self.config.int("tierlake.metastore.port")
             if metastore_port is not None:
@@ -186,6 +190,7 @@ class Server:
             ("tiering workers", self._stop_workers),
             ("gateway", lambda: self.gateway and self.gateway.stop()),
             ("scheduler", lambda: self.coordinator and self.coordinator.stop()),
+            ("sys housekeeping", lambda: self.housekeeper and self.housekeeper.stop()),
             ("thrift server", lambda: self.thrift_server and self.thrift_server.stop()),
             ("spark", lambda: self.spark and self.spark.stop()),
         ):

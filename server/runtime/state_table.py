@@ -12,6 +12,7 @@ from typing import Any
 
 from tierlake import sql
 from tierlake.server.exceptions import ConcurrentUpdateError
+from tierlake.server.runtime import housekeeping
 from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.coordinator")
@@ -89,6 +90,7 @@ class SmallTable:
             writer = writer.option("validate-from-snapshot-id", str(base)).option("isolation-level", "serializable")
         self._cache = None
         writer.overwrite(F.lit(True))
+        housekeeping.note_commit(self.name)
 
     def update(self, change: Callable[[list[dict[str, Any]]], tuple[Any, bool]]) -> Any:
         """Optimistic read-modify-write: ``change(rows)`` edits the rows in place
@@ -112,3 +114,4 @@ class SmallTable:
         if rows:
             self._cache = None
             self._frame(rows).writeTo(self.name).append()
+            housekeeping.note_commit(self.name)
