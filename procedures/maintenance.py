@@ -40,13 +40,16 @@ def run_maintenance(ctx: Context, table: str):
             for r in rows]
 
 
-@registry.procedure(returns=[("due", "boolean"), ("run_trigger", "string"), ("run_id", "string")], role=TIERING)
+@registry.procedure(returns=[("due", "boolean"), ("run_trigger", "string"), ("run_id", "string"),
+                             ("orphan_files", "boolean")], role=TIERING)
 def maintenance_due(ctx: Context, job_id: str, table_id: int, tiering_epoch: int):
     """A tiering job asks, between a round and its report, whether to maintain the table now.
 
     Only the job holding the table at that epoch gets an answer (else the
     error of a stale heartbeat entry); due when tierlake.maintenance.interval
-    passed since the table's last maintenance or sys.run_maintenance asked.
+    passed since the table's last maintenance or sys.run_maintenance asked;
+    orphan_files says whether to include orphan-file removal (requested runs,
+    else at most hourly per table).
 
     Args:
       job_id: the tiering job's persistent id

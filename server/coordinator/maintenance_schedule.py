@@ -29,6 +29,7 @@ log = logging.getLogger("tierlake.maintenance")
 
 LOG_TABLE = "sys.lake_maintenance_log"
 SCHEDULED, REQUESTED = "scheduled", "requested"
+ORPHANS_EVERY = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class MaintenanceSchedule:
         self.requested: dict[int, str] = {}
         self.results: dict[str, list[dict[str, Any]]] = {}
         self.last: dict[int, datetime] = {}
+        self.last_orphans: dict[int, datetime] = {}
 
     def interval(self) -> timedelta:
         config = self.coordinator.config
@@ -82,20 +84,27 @@ class MaintenanceSchedule:
             raise FencedEpochError(f"table {state.path}: epoch {epoch} is stale (current {state.tiering_epoch})")
         return state
 
-    def due(self, job_id: str, table_id: int, epoch: int) -> tuple[bool, str | None, str | None]:
-        """``(due, trigger, run id)`` for the job holding ``table_id`` at ``epoch``."""
+    def due(self, job_id: str, table_id: int, epoch: int) -> tuple[bool, str | None, str | None, bool]:
+        """``(due, trigger, run id, with orphan files)`` for the job holding
+        ``table_id`` at ``epoch``. Orphan-file removal lists the whole table
+        location: it runs when requested and at most every :data:`ORPHANS_EVERY`."""
         self._assigned(job_id, table_id, epoch)
         now = self.coordinator.clock()
         with self.cond:
+            last_orphans = self.last_orphans.get(table_id)
+            orphans = last_orphans is None or now - last_orphans >= ORPHANS_EVERY
             if table_id in self.requested:
-                return True, REQUESTED, self.requested[table_id]
+                self.last_orphans[table_id] = now
+                return True, REQUESTED, self.requested[table_id], True
             interval = self.interval()
             last = self.last.get(table_id)
             if interval.total_seconds() <= 0 or (last is not None and now - last < interval):
-                return False, None, None
+                return False, None, None, False
             # Claimed now: a slow run is not started twice.
             self.last[table_id] = now
-            return True, SCHEDULED, uuid.uuid4().hex
+            if orphans:
+                self.last_orphans[table_id] = now
+            return True, SCHEDULED, uuid.uuid4().hex, orphans
 
     def record(self, job_id: str, table_id: int, epoch: int, run_id: str, trigger: str,
                actions: list[Any]) -> int:
@@ -128,10 +137,12 @@ class MaintenanceSchedule:
         return len(rows)
 
     def _live_jobs(self) -> bool:
+        # Jobs' heartbeats are recorded at most every quarter timeout, and a
+        # busy job renews late: generous, it only spares a sure timeout.
         seen = getattr(self.coordinator, "_jobs_persisted", {})
-        timeout = self.coordinator.policy.heartbeat_timeout
+        window = max(self.coordinator.policy.heartbeat_timeout * 4, timedelta(minutes=1))
         now = self.coordinator.clock()
-        return any(now - t < timeout for t in seen.values())
+        return any(now - t < window for t in seen.values())
 
     def request(self, table_id: int) -> str:
         """Ask for the table's maintenance at its next assignment, made due now."""

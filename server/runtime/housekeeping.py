@@ -58,11 +58,19 @@ _CREATE = re.compile(r"CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+(sys\.\w+)", re.IGNO
 _commits: dict[str, int] = {}
 _commits_lock = threading.Lock()
 _pressure = threading.Event()
+_total = 0
+
+
+def commits_total() -> int:
+    """``sys`` commits made through ``SmallTable`` by this process (logs, benchmarks)."""
+    return _total
 
 
 def note_commit(name: str) -> None:
     """A ``sys`` table committed; enough commits wake the housekeeping early."""
+    global _total
     with _commits_lock:
+        _total += 1
         _commits[name] = _commits.get(name, 0) + 1
         if _commits[name] >= COMMITS_BEFORE_EXPIRY:
             _pressure.set()

@@ -21,7 +21,9 @@ Actions, in order:
   beyond the newest ``table.datalake.snapshot.min-retained``, never the
   newest snapshot carrying the tiered position nor anything newer; tagged
   snapshots stay (Iceberg keeps what a ref retains).
-- ``orphan_files`` of the lake: files older than an hour no snapshot references.
+- ``orphan_files`` of the lake: files older than an hour no snapshot
+  references (it lists the table's location: when requested, else at most
+  hourly per table).
 - ``stream_expire_snapshots``: stream snapshots older than the max age whose
   commits are tiered and that neither the newest KV snapshot nor a leased
   one needs (the log-retention bound), beyond the newest ``min-retained``.
@@ -149,7 +151,8 @@ def expire_stream(spark: Any, stream: TablePath, props: dict[str, str], position
     action.detail = f"kept position {bound} and after"
 
 
-def maintain(spark: Any, stream: TablePath, lake: TablePath, props: dict[str, str], position: int) -> list[Action]:
+def maintain(spark: Any, stream: TablePath, lake: TablePath, props: dict[str, str], position: int,
+             orphans: bool = True) -> list[Action]:
     """Run every action on the table; see the module docstring."""
     max_age_ms = int(P.read(props, P.SNAPSHOT_MAX_AGE).total_seconds() * 1000)
     keep = P.read(props, P.SNAPSHOT_MIN_RETAINED)
@@ -161,7 +164,8 @@ def maintain(spark: Any, stream: TablePath, lake: TablePath, props: dict[str, st
     if P.read(props, P.AUTO_COMPACTION):
         actions.append(_timed("compaction", lake, lambda a: compact_lake(spark, lake, a)))
     actions.append(_timed("expire_snapshots", lake, lambda a: expire_lake(spark, lake, max_age_ms, keep, a)))
-    actions.append(_timed("orphan_files", lake, lambda a: remove_lake_orphans(spark, lake, a)))
+    if orphans:
+        actions.append(_timed("orphan_files", lake, lambda a: remove_lake_orphans(spark, lake, a)))
     actions.append(_timed("stream_expire_snapshots", stream,
                           lambda a: expire_stream(spark, stream, props, position, max_age_ms, keep, a)))
     return actions
@@ -174,11 +178,11 @@ def after_round(spark: Any, client: Any, job_id: str, table_id: int, epoch: int,
     Never raises: maintenance never fails a round."""
     try:
         rows = client.call("maintenance_due", job_id=job_id, table_id=table_id, tiering_epoch=epoch)
-        due, trigger, run_id = rows[0][0], rows[0][1], rows[0][2]
+        due, trigger, run_id, orphans = rows[0][0], rows[0][1], rows[0][2], rows[0][3]
         if not due:
             return None
         started = time.monotonic()
-        actions = maintain(spark, stream, lake, props, position)
+        actions = maintain(spark, stream, lake, props, position, orphans=bool(orphans))
         client.call("record_maintenance", job_id=job_id, table_id=table_id, tiering_epoch=epoch, run_id=run_id,
                     run_trigger=trigger, actions=[a.entry() for a in actions])
         log.info("maintenance of %s (%s, %.1f s): %s", stream, trigger, time.monotonic() - started,
