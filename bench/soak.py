@@ -87,7 +87,10 @@ def main() -> None:
             for name, pk in streams:
                 key = n % 50 if pk else n
                 try:
-                    spark.sql(f"INSERT INTO {name} (id, v) VALUES ({key}, 'v{n}')")
+                    if pk:  # _change_type NULL: an upsert
+                        spark.sql(f"INSERT INTO {name} (id, v, _change_type) VALUES ({key}, 'v{n}', NULL)")
+                    else:
+                        spark.sql(f"INSERT INTO {name} (id, v) VALUES ({key}, 'v{n}')")
                 except Exception as e:  # noqa: BLE001 - keep appending; counted at the end
                     print("append failed:", e)
             n += 1
