@@ -59,11 +59,13 @@ _commits: dict[str, int] = {}
 _commits_lock = threading.Lock()
 _pressure = threading.Event()
 _total = 0
+_totals: dict[str, int] = {}
 
 
-def commits_total() -> int:
-    """``sys`` commits made through ``SmallTable`` by this process (logs, benchmarks)."""
-    return _total
+def commits_total(name: str | None = None) -> int:
+    """``sys`` commits made through ``SmallTable`` by this process, of table
+    ``name`` or of all (logs, tests, benchmarks)."""
+    return _total if name is None else _totals.get(name, 0)
 
 
 def note_commit(name: str) -> None:
@@ -71,6 +73,7 @@ def note_commit(name: str) -> None:
     global _total
     with _commits_lock:
         _total += 1
+        _totals[name] = _totals.get(name, 0) + 1
         _commits[name] = _commits.get(name, 0) + 1
         if _commits[name] >= COMMITS_BEFORE_EXPIRY:
             _pressure.set()
