@@ -87,12 +87,14 @@ class MaintenanceSchedule:
     def due(self, job_id: str, table_id: int, epoch: int) -> tuple[bool, str | None, str | None, bool]:
         """``(due, trigger, run id, with orphan files)`` for the job holding
         ``table_id`` at ``epoch``. Orphan-file removal lists the whole table
-        location: it runs when requested and at most every :data:`ORPHANS_EVERY`."""
+        location: it runs when requested, else every :data:`ORPHANS_EVERY`."""
         self._assigned(job_id, table_id, epoch)
         now = self.coordinator.clock()
         with self.cond:
-            last_orphans = self.last_orphans.get(table_id)
-            orphans = last_orphans is None or now - last_orphans >= ORPHANS_EVERY
+            # Only files older than an hour are orphans to remove: the first
+            # scheduled pass of a table on this server is an hour after it is seen.
+            last_orphans = self.last_orphans.setdefault(table_id, now)
+            orphans = now - last_orphans >= ORPHANS_EVERY
             if table_id in self.requested:
                 self.last_orphans[table_id] = now
                 return True, REQUESTED, self.requested[table_id], True

@@ -67,7 +67,7 @@ def schedule(tmp_path):
 
 def test_due_after_the_first_round_then_every_interval(schedule):
     due, trigger, run_id, orphans = schedule.due("job", 1, 3)
-    assert (due, trigger, orphans) == (True, "scheduled", True) and run_id
+    assert (due, trigger, orphans) == (True, "scheduled", False) and run_id
     schedule.record("job", 1, 3, run_id, trigger, [{"kind": "compaction", "target": "db_lake.t1",
                                                     "started_ms": 0, "duration_ms": 5, "files_rewritten": 7}])
     assert schedule.coordinator.appended[0]["files_rewritten"] == 7
@@ -76,7 +76,9 @@ def test_due_after_the_first_round_then_every_interval(schedule):
     assert schedule.due("job", 1, 3)[0] is False
     schedule.coordinator.now += timedelta(minutes=6)
     due, _, _, orphans = schedule.due("job", 1, 3)
-    assert due is True and orphans is False  # orphan files at most hourly
+    assert due is True and orphans is False  # orphan files hourly
+    schedule.coordinator.now += timedelta(minutes=50)
+    assert schedule.due("job", 1, 3)[3] is True
 
 
 def test_only_the_job_holding_the_table_at_its_epoch_is_answered(schedule):
