@@ -15,7 +15,8 @@ from tierlake.server.sqlapi import registry
 
 BUILTIN_MODULES = ["tierlake.procedures.system", "tierlake.procedures.tiering", "tierlake.procedures.tables",
                    "tierlake.procedures.kv_snapshots", "tierlake.procedures.leases", "tierlake.procedures.quality",
-                   "tierlake.procedures.stream"]
+                   "tierlake.procedures.stream",
+                   "tierlake.procedures.maintenance"]
 
 
 def load_builtins() -> registry.Registry:

@@ -16,6 +16,7 @@ from tierlake.server.gateway.handler import CallHandler
 from tierlake.server.runtime import functions as sql_functions
 from tierlake.server.runtime import migrations
 from tierlake.server.runtime.config import Config
+from tierlake.server.runtime.housekeeping import Housekeeper
 from tierlake.server.runtime.session import (
     HomeLock,
     build_spark,
@@ -104,6 +105,7 @@ class Server:
         self.workers: list = []
         self.kv_maintenance: Any = None
         self.backlog_probe: Any = None
+        self.housekeeper: Any = None
         self.metastore_uri: str | None = None
         self._lock = HomeLock(config.home)
         self._stopped = threading.Event()
@@ -145,6 +147,8 @@ class Server:
             self.coordinator = Coordinator(self.spark, self.config)
             self._recover_ctas()
             self.coordinator.start_ticker(self.config.duration("tierlake.coordinator.interval"))
+            self.housekeeper = Housekeeper(self.spark, self.config)  # bounded sys state (DESIGN §12)
+            self.housekeeper.start()
             from tierlake.server.tiering.backlog import BacklogProbe
 
             self.backlog_probe = BacklogProbe(self.spark, self.coordinator)
@@ -214,6 +218,7 @@ class Server:
             ("gateway", lambda: self.gateway and self.gateway.stop()),
             ("scheduler", lambda: self.coordinator and self.coordinator.stop()),
             ("backlog probe", lambda: self.backlog_probe and self.backlog_probe.stop()),
+            ("sys housekeeping", lambda: self.housekeeper and self.housekeeper.stop()),
             ("thrift server", lambda: self.thrift_server and self.thrift_server.stop()),
             ("spark", lambda: self.spark and self.spark.stop()),
         ):

@@ -234,3 +234,11 @@ class AuthenticationError(TierlakeError):
 
     sqlstate = "28000"
     error_code = 2009
+
+
+class MaintenanceNotRunError(TierlakeError):
+    """``sys.run_maintenance`` could not have the table's maintenance run: no
+    tiering job is alive, or none took the table within the timeout."""
+
+    sqlstate = "55000"
+    error_code = 4006

@@ -36,6 +36,9 @@ QUALITY = "table.datalake.quality"
 LOG_TTL = "table.log.ttl"
 SNAPSHOT_INTERVAL = "kv.snapshot.interval"
 NUM_RETAINED = "kv.snapshot.num-retained"
+SNAPSHOT_MAX_AGE = "table.datalake.snapshot.max-age"
+SNAPSHOT_MIN_RETAINED = "table.datalake.snapshot.min-retained"
+AUTO_COMPACTION = "table.datalake.auto-compaction"
 # ---- tierlake's bookkeeping --------------------------------------------------
 LAKE_TABLE_PROPERTY = "tierlake.lake-table"
 KV_TABLE_PROPERTY = "tierlake.kv-table"
@@ -50,6 +53,8 @@ LAKE_TIERED_POSITION = "tierlake.lake.tiered-position"
 LAKE_TIERED_SNAPSHOT = "tierlake.lake.tiered-snapshot-id"
 LAKE_STREAM_UUID = "tierlake.lake.stream-uuid"
 # ---- Iceberg's own properties tierlake sets ----------------------------------
+METADATA_DELETE_AFTER_COMMIT = "write.metadata.delete-after-commit.enabled"
+METADATA_PREVIOUS_VERSIONS = "write.metadata.previous-versions-max"
 FORMAT_VERSION = "format-version"
 WRITE_MERGE_MODE = "write.merge.mode"
 WRITE_UPDATE_MODE = "write.update.mode"
@@ -117,6 +122,14 @@ TABLE_PROPERTIES: tuple[Property, ...] = (
              setting="tierlake.kv.snapshot.interval", example="'10 min' or '0'"),
     Property(NUM_RETAINED, None, "int", "KV snapshots kept besides leased ones",
              setting="tierlake.kv.snapshot.num-retained", example="'2'", minimum=1),
+    Property(SNAPSHOT_MAX_AGE, "1 d", "duration",
+             "managed maintenance expires lake (and tiered stream) snapshots older than this, never the "
+             "tiered position's, a tag's or a lease's", example="'1 d' or '6 h'"),
+    Property(SNAPSHOT_MIN_RETAINED, "10", "int", "snapshots managed maintenance always keeps on the lake and "
+             "stream table", example="'10'", minimum=1),
+    Property(AUTO_COMPACTION, "true", "bool",
+             "managed maintenance rewrites small data files and merge-on-read delete files of the lake table "
+             "(thresholds in [tiering.md](tiering.md#managed-maintenance))", example="'false'"),
     Property(FORMAT_VERSION, "2", "int", "Iceberg format version of stream, lake and KV tables (set unless given)",
              example="'2'", minimum=1, maximum=3),
     Property(LAKE_TABLE_PROPERTY, None, "table", "the stream table's lake table (`<db><suffix>.<table>`)",
@@ -145,6 +158,12 @@ TABLE_PROPERTIES: tuple[Property, ...] = (
     Property(LAKE_STREAM_UUID, None, "str",
              "the Iceberg table UUID of the stream table the lake's rows came from (a re-created stream differs)",
              table="lake", internal=True),
+    Property(METADATA_DELETE_AFTER_COMMIT, None, "bool",
+             "`true` on lake and `sys` tables: old metadata files are deleted after each commit", table="lake",
+             internal=True),
+    Property(METADATA_PREVIOUS_VERSIONS, None, "int",
+             "`5` on lake and `sys` tables: metadata files kept besides the current one", table="lake",
+             internal=True),
     Property(MAX_SNAPSHOT_AGE, None, "int",
              "a century on KV tables: their retention is tierlake's, not Iceberg's age-based expiry", table="kv",
              internal=True),

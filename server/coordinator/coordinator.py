@@ -21,6 +21,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from tierlake.server.coordinator import state_machine as sm
+from tierlake.server.coordinator.maintenance_schedule import MaintenanceSchedule
 from tierlake.server.coordinator.state_machine import Policy, Status, TableState
 from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.state_table import SmallTable
@@ -69,6 +70,7 @@ class Coordinator:
         self._job_counts: dict[str, list[int]] = {}
         self._ticker: threading.Thread | None = None
         self._stop = threading.Event()
+        self.maintenance = MaintenanceSchedule(self)  # managed maintenance runs inside assignments
 
     # -- state I/O ------------------------------------------------------------
     @staticmethod

@@ -144,6 +144,22 @@ SETTINGS: tuple[Setting, ...] = (
        "KV snapshots kept per table besides leased ones (table property `kv.snapshot.num-retained`)", minimum=1),
     _s("tierlake.kv.maintenance-interval", "1 min", "duration",
        "how often the server takes due KV snapshots, applies their retention and `table.log.ttl`"),
+    _s("tierlake.sys.snapshots-retained", "10", "int",
+       "snapshots each `sys` state table keeps; older ones are expired (with their files) by the server's "
+       "housekeeping", minimum=2),
+    _s("tierlake.sys.housekeeping-interval", "1 min", "duration",
+       "how often the server expires `sys` snapshots, applies history retention, compacts history tables and "
+       "removes orphan files (a table that reached 50 commits since its last expiry is expired at once)"),
+    _s("tierlake.history.retention", "7 d", "duration",
+       "rows of `sys.tiering_rounds`, `sys.lake_data_quality` and `sys.lake_maintenance` older than this "
+       "are deleted"),
+    _s("tierlake.tiering.job-retention", "7 d", "duration",
+       "a tiering job silent this long is forgotten (its row in `sys.tiering_job_status` is deleted)"),
+    _s("tierlake.maintenance.interval", "10 min", "duration",
+       "managed maintenance of a lake and stream table runs after a round at most this often; `0` turns "
+       "scheduled maintenance off (`sys.run_maintenance` still works)"),
+    _s("tierlake.maintenance.run-timeout", "5 min", "duration",
+       "how long `sys.run_maintenance` waits for a tiering worker to run the requested maintenance"),
     _s("tierlake.quality.sample-size", "10", "int",
        "failing keys or values kept per expectation in `sys.lake_data_quality.unexpected_sample`", minimum=0),
     _s("tierlake.metastore.port", "", "int",

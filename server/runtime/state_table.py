@@ -12,7 +12,7 @@ from typing import Any
 
 from tierlake import sql
 from tierlake.server.exceptions import ConcurrentUpdateError
-from tierlake.server.runtime import state_version
+from tierlake.server.runtime import housekeeping, state_version
 from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.coordinator")
@@ -93,6 +93,7 @@ class SmallTable:
             writer.overwrite(F.lit(True))
         finally:
             state_version.bump()  # even a failed commit may have landed (commit state unknown)
+        housekeeping.note_commit(self.name)
 
     def update(self, change: Callable[[list[dict[str, Any]]], tuple[Any, bool]]) -> Any:
         """Optimistic read-modify-write: ``change(rows)`` edits the rows in place
@@ -119,3 +120,4 @@ class SmallTable:
                 self._frame(rows).writeTo(self.name).append()
             finally:
                 state_version.bump()
+            housekeeping.note_commit(self.name)

@@ -24,7 +24,7 @@ from tierlake.server.exceptions import FencedEpochError, TierlakeError
 from tierlake.server.runtime import faults
 from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.session import iceberg_table
-from tierlake.server.tiering import snapshot_split
+from tierlake.server.tiering import snapshot_split, table_maintenance
 from tierlake.server.tiering.round import run_round
 
 log = logging.getLogger("tierlake.tiering")
@@ -124,6 +124,9 @@ class Worker(threading.Thread):
             plan = snapshot_split.plan_and_lease(self.spark, self.leases, path, stream, lake, spec, registered)
             result = run_round(self.spark, plan, table_id, epoch, self.job_id, check_epoch,
                                max_round.total_seconds(), chunk_rows, hook=self.hook)
+            # Still inside the assignment: no round of this table can race it.
+            table_maintenance.after_round(self.spark, self.client, self.job_id, table_id, epoch, stream, lake,
+                                          props, result.end_position)
             renewer.done.set()
             self.client.call("heartbeat", job_id=self.job_id, finished_tables=[dict(
                 entry, force_finished=result.force_finished, rows=result.rows, bytes=result.bytes,

@@ -33,6 +33,9 @@ EXPECTED = {
     "validate": roles.WRITER,
     "add_expectation": roles.ADMIN,
     "drop_expectation": roles.ADMIN,
+    "run_maintenance": roles.ADMIN,
+    "maintenance_due": roles.TIERING,
+    "record_maintenance": roles.TIERING,
 }
 
 

@@ -36,6 +36,9 @@ BAD = [
     (properties.MAX_ROUND, "long", "expected a duration such as '10 min'"),
     (properties.CHUNK_ROWS, "0", "out of range; expected a whole number of at least 1"),
     (properties.QUALITY, "strict", "expected one of 'off', 'warn', 'block'"),
+    (properties.SNAPSHOT_MAX_AGE, "forever", "expected a duration such as '1 d' or '6 h'"),
+    (properties.SNAPSHOT_MIN_RETAINED, "0", "out of range; expected a whole number of at least 1"),
+    (properties.AUTO_COMPACTION, "sometimes", "expected 'true' or 'false'"),
     (properties.LOG_TTL, "forever", "expected a duration such as '7 d'"),
     (properties.SNAPSHOT_INTERVAL, "often", "expected a duration such as '10 min' or '0'"),
     (properties.NUM_RETAINED, "0", "out of range; expected a whole number of at least 1"),
@@ -112,7 +115,7 @@ def test_an_unknown_key_without_a_near_one_lists_the_known_ones():
     with pytest.raises(InvalidArgumentError) as info:
         properties.validate({"table.datalake.zzz": "1"})
     assert info.value.message.startswith("unknown table property 'table.datalake.zzz'; known properties under "
-                                         "'table.datalake.': table.datalake.enabled, table.datalake.freshness")
+                                         "'table.datalake.': table.datalake.auto-compaction, table.datalake.enabled")
 
 
 @pytest.mark.parametrize("key", ["tierlake.lake-table", "tierlake.log.start-position", "tierlake.anything"])

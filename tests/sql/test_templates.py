@@ -28,6 +28,8 @@ CASES = {
                                            Column("v", "STRING")],
         spec=TieredSpec.from_properties({"primary-key": "region, order_id"}), change_type=CHANGE_TYPE,
         properties={"table.datalake.enabled": "true", "primary-key": "region, order_id"})),
+    "delete_older_than": ("templates/delete_older_than.sql.j2", dict(
+        table=["sys", "tiering_round_log"], column="ended_at")),
     "count_null_keys": ("templates/count_null_keys.sql.j2", dict(table=["shop", "orders"], keys=["region", "id"])),
     "create_stream_log": ("templates/create_stream_table.sql.j2", dict(
         table=["shop", "we`ird"], columns=[Column("id", "BIGINT")], spec=TieredSpec(), change_type=CHANGE_TYPE,

@@ -1,0 +1,222 @@
+"""Bounded ``sys`` state: the server's housekeeping of its own tables.
+
+Every coordinator change is an Iceberg commit of a small ``sys`` table, and
+each commit writes a new ``metadata.json`` listing every snapshot: left
+alone, the files and the size of each metadata file grow with every
+heartbeat. What bounds each table (docs/tiering.md, "Bounded state"):
+
+- metadata files: ``write.metadata.delete-after-commit.enabled`` with 5
+  previous versions (migration 0009, and here for tables of later ones);
+- snapshots: the newest ``tierlake.sys.snapshots-retained`` are kept, older
+  ones expired with the files only they referenced: every
+  ``tierlake.sys.housekeeping-interval``, and at once for a table that made
+  :data:`COMMITS_BEFORE_EXPIRY` commits since its last expiry
+  (:func:`note_commit`, called by ``SmallTable``);
+- rows: round history, quality results and maintenance runs older than
+  ``tierlake.history.retention`` are deleted, jobs silent for
+  ``tierlake.tiering.job-retention`` forgotten;
+- files of the append-only history tables: compacted past
+  :data:`HISTORY_MAX_FILES` data files; orphan files (older than
+  :data:`ORPHAN_MIN_AGE_MS`) removed every :data:`SLOW_EVERY` passes.
+
+A failure is logged and retried at the next pass; it never touches the
+coordinator's own commits (expiry keeps the newest snapshots, which any
+commit in flight was based on).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from tierlake import sql
+from tierlake.server.runtime import iceberg_maintenance as im
+from tierlake.server.runtime import migrations, state_version
+from tierlake.server.runtime.session import iceberg_table
+
+log = logging.getLogger("tierlake.housekeeping")
+
+T_DELETE_OLDER_THAN = "templates/delete_older_than.sql.j2"
+COMMITS_BEFORE_EXPIRY = 50
+HISTORY_MAX_FILES = 16
+SLOW_EVERY = 10
+ORPHAN_MIN_AGE_MS = 3600 * 1000
+# Append-only history tables: (timestamp column, setting that bounds its age).
+RETENTION = {
+    "sys.tiering_round_log": ("ended_at", "tierlake.history.retention"),
+    "sys.quality_results": ("run_time", "tierlake.history.retention"),
+    "sys.lake_maintenance_log": ("started_at", "tierlake.history.retention"),
+    "sys.tiering_jobs": ("last_heartbeat", "tierlake.tiering.job-retention"),
+}
+HISTORY_TABLES = ("sys.tiering_round_log", "sys.quality_results", "sys.lake_maintenance_log")
+_CREATE = re.compile(r"CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+(sys\.\w+)", re.IGNORECASE)
+
+_commits: dict[str, int] = {}
+_commits_lock = threading.Lock()
+_pressure = threading.Event()
+_total = 0
+_totals: dict[str, int] = {}
+
+
+def commits_total(name: str | None = None) -> int:
+    """``sys`` commits made through ``SmallTable`` by this process, of table
+    ``name`` or of all (logs, tests, benchmarks)."""
+    return _total if name is None else _totals.get(name, 0)
+
+
+def note_commit(name: str) -> None:
+    """A ``sys`` table committed; enough commits wake the housekeeping early."""
+    global _total
+    with _commits_lock:
+        _total += 1
+        _totals[name] = _totals.get(name, 0) + 1
+        _commits[name] = _commits.get(name, 0) + 1
+        if _commits[name] >= COMMITS_BEFORE_EXPIRY:
+            _pressure.set()
+
+
+def _take_pressured() -> set[str]:
+    with _commits_lock:
+        names = {n for n, c in _commits.items() if c >= COMMITS_BEFORE_EXPIRY}
+        for name in names:
+            _commits[name] = 0
+        _pressure.clear()
+        return names
+
+
+def state_tables() -> list[str]:
+    """The ``sys`` tables the migrations create (KV tables keep their own retention)."""
+    names: list[str] = []
+    for migration in migrations.available():
+        for name in _CREATE.findall(migration.text):
+            if name.lower() not in names:
+                names.append(name.lower())
+    return names
+
+
+class Housekeeper(threading.Thread):
+    """The server's thread that keeps every ``sys`` state table bounded."""
+
+    def __init__(self, spark: Any, config: Any):
+        super().__init__(name="tierlake-housekeeping", daemon=True)
+        self.spark, self.config = spark, config
+        self.interval = config.duration("tierlake.sys.housekeeping-interval")
+        self.keep = config.int("tierlake.sys.snapshots-retained")
+        self.stop_event = threading.Event()
+        self.passes = 0
+        self.tables = state_tables()
+
+    def existing(self) -> list[str]:
+        return [t for t in self.tables if self.spark.catalog.tableExists(t)]
+
+    def bound_metadata(self) -> list[str]:
+        """Metadata properties on every state table (tables of later migrations)."""
+        changed = []
+        for name in self.existing():
+            try:
+                if im.bound_metadata(iceberg_table(self.spark, name)):
+                    changed.append(name)
+            except Exception:
+                log.warning("could not set metadata properties of %s", name, exc_info=True)
+        return changed
+
+    def expire(self, names: list[str] | None = None) -> dict[str, int]:
+        now_ms = int(time.time() * 1000)
+        out = {}
+        for name in names if names is not None else self.existing():
+            try:
+                out[name] = im.expire_snapshots(self.spark, name, now_ms, self.keep)
+            except Exception:
+                log.warning("expiring snapshots of %s failed", name, exc_info=True)
+        return out
+
+    def apply_retention(self, now: datetime | None = None) -> dict[str, int]:
+        """Delete history rows past their retention; returns rows deleted per table."""
+        now = now or datetime.now(timezone.utc)
+        out = {}
+        for name, (column, key) in RETENTION.items():
+            age: timedelta = self.config.duration(key)
+            if not self.spark.catalog.tableExists(name) or age.total_seconds() <= 0:
+                continue
+            cutoff = now - age
+            try:
+                from pyspark.sql import functions as F
+
+                old = self.spark.table(name).where(F.col(column) < F.lit(cutoff)).count()
+                if old:
+                    # A DELETE that matches nothing would still commit: count first.
+                    self.spark.sql(sql.render(T_DELETE_OLDER_THAN, table=name.split("."), column=column),
+                                   args={"cutoff": cutoff})
+                    state_version.bump()  # cached sys reads must not show the deleted history
+                    out[name] = old
+            except Exception:
+                log.warning("history retention of %s failed", name, exc_info=True)
+        return out
+
+    def compact_history(self) -> dict[str, int]:
+        out = {}
+        for name in HISTORY_TABLES:
+            try:
+                if not self.spark.catalog.tableExists(name):
+                    continue
+                files, deletes = im.data_file_counts(iceberg_table(self.spark, name))
+                if files > HISTORY_MAX_FILES or deletes:
+                    done = im.compact(self.spark, name, {"min-input-files": "2", "delete-file-threshold": "1",
+                                                         "rewrite-all": "true"})
+                    out[name] = done.files_rewritten
+            except Exception:
+                log.warning("compacting %s failed", name, exc_info=True)
+        return out
+
+    def remove_orphans(self) -> dict[str, int]:
+        cutoff = int(time.time() * 1000) - ORPHAN_MIN_AGE_MS
+        out = {}
+        for name in self.existing():
+            try:
+                removed = im.remove_orphans(self.spark, name, cutoff)
+                if removed:
+                    out[name] = removed
+            except Exception:
+                log.warning("removing orphan files of %s failed", name, exc_info=True)
+        return out
+
+    def run_pass(self, slow: bool | None = None) -> dict[str, Any]:
+        """One pass; ``slow`` (default: every :data:`SLOW_EVERY`-th pass) adds
+        history retention and orphan removal."""
+        self.passes += 1
+        slow = (self.passes % SLOW_EVERY == 1) if slow is None else slow
+        done: dict[str, Any] = {}
+        if slow:
+            done["retention"] = self.apply_retention()
+        done["compacted"] = self.compact_history()
+        _take_pressured()
+        done["expired"] = {k: v for k, v in self.expire().items() if v}
+        if slow:
+            done["orphans"] = self.remove_orphans()
+        if any(done.values()):
+            log.info("sys housekeeping: %s", {k: v for k, v in done.items() if v})
+        return done
+
+    def run(self) -> None:
+        self.bound_metadata()
+        next_pass = time.monotonic()
+        while not self.stop_event.is_set():
+            if time.monotonic() >= next_pass:
+                try:
+                    self.run_pass()
+                except Exception:
+                    log.exception("sys housekeeping failed")
+                next_pass = time.monotonic() + self.interval.total_seconds()
+            elif _pressure.wait(min(1.0, max(0.0, next_pass - time.monotonic()))):
+                # A table made many commits since its last expiry: expire just those now.
+                self.expire(sorted(_take_pressured()))
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        _pressure.set()
+        if self.is_alive():
+            self.join(timeout=60)

@@ -1,0 +1,193 @@
+"""Managed maintenance of a lake table and its stream table (DESIGN §12).
+
+Runs in a tiering worker inside the table's assignment, after a round and
+before the round is reported finished (:func:`after_round`), so no round of
+the same table runs meanwhile; the coordinator says when it is due
+(``server/coordinator/maintenance_schedule.py``). Each action runs on its
+own: one failing is recorded with its error and the others still run, and
+nothing here ever fails the round.
+
+Actions, in order:
+
+- ``compaction`` (``table.datalake.auto-compaction``, default on): when the
+  lake's current snapshot has at least :data:`COMPACT_MIN_FILES` data files or
+  any merge-on-read delete file, Iceberg's ``rewriteDataFiles`` bin-packs
+  file groups of at least :data:`COMPACT_MIN_FILES` small files (smaller than
+  75 % of ``write.target-file-size-bytes``) and rewrites every data file that
+  has a delete file, dropping the deletes that no longer apply. Its
+  ``replace`` commit carries the tiering summary of the snapshot it
+  compacted, so the tiered position stays on the newest snapshot.
+- ``expire_snapshots`` of the lake: older than ``table.datalake.snapshot.max-age``,
+  beyond the newest ``table.datalake.snapshot.min-retained``, never the
+  newest snapshot carrying the tiered position nor anything newer; tagged
+  snapshots stay (Iceberg keeps what a ref retains).
+- ``orphan_files`` of the lake: files older than an hour no snapshot
+  references (it lists the table's location: when requested, else at most
+  hourly per table).
+- ``stream_expire_snapshots``: stream snapshots older than the max age whose
+  commits are tiered and that neither the newest KV snapshot nor a leased
+  one needs (the log-retention bound), beyond the newest ``min-retained``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from tierlake.server.catalog import properties as P
+from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.kv.log_retention import retention_bound
+from tierlake.server.runtime import iceberg_maintenance as im
+from tierlake.server.runtime.session import iceberg_table
+
+log = logging.getLogger("tierlake.maintenance")
+
+COMPACT_MIN_FILES = 5
+ORPHAN_MIN_AGE_MS = 3600 * 1000
+TIERING_SUMMARY_PREFIX = "tiering."
+
+
+@dataclass
+class Action:
+    kind: str
+    target: str
+    started_ms: int = 0
+    duration_ms: int = 0
+    snapshots_expired: int | None = None
+    files_rewritten: int | None = None
+    delete_files_rewritten: int | None = None
+    files_added: int | None = None
+    orphans_removed: int | None = None
+    detail: str | None = None
+    error: str | None = None
+
+    def entry(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _summary(snapshot: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in dict(snapshot.summary()).items()}
+
+
+def _main_ancestry(table: Any) -> list[Any]:
+    """Snapshots of ``main``, newest first (expired parents end the walk)."""
+    out, snapshot = [], table.currentSnapshot()
+    while snapshot is not None:
+        out.append(snapshot)
+        parent = snapshot.parentId()
+        snapshot = table.snapshot(parent) if parent is not None else None
+    return out
+
+
+def newest_tiering_snapshot(table: Any) -> Any:
+    """The newest snapshot on ``main`` whose summary carries the tiered position."""
+    return next((s for s in _main_ancestry(table) if P.SOURCE_POSITION in _summary(s)), None)
+
+
+def _timed(kind: str, target: TablePath, body: Callable[[Action], None]) -> Action:
+    action = Action(kind, str(target), started_ms=int(time.time() * 1000))
+    started = time.monotonic()
+    try:
+        body(action)
+    except Exception as e:  # noqa: BLE001 - recorded with the run; the other actions still run
+        action.error = f"{type(e).__name__}: {e}"[:2048]
+        log.warning("maintenance %s of %s failed\n%s", kind, target, traceback.format_exc())
+    action.duration_ms = int((time.monotonic() - started) * 1000)
+    return action
+
+
+def compact_lake(spark: Any, lake: TablePath, action: Action) -> None:
+    table = iceberg_table(spark, lake.quoted)
+    files, deletes = im.data_file_counts(table)
+    if files < COMPACT_MIN_FILES and not deletes:
+        action.detail = f"skipped: {files} data file(s), no delete files"
+        return
+    tiering = newest_tiering_snapshot(table)
+    carried = {k: v for k, v in _summary(tiering).items() if k.startswith(TIERING_SUMMARY_PREFIX)} if tiering else {}
+    # The tiered position is carried only when nothing was committed after
+    # the tiering snapshot (a user's commit in between keeps its own meaning).
+    if tiering is None or int(tiering.snapshotId()) != int(table.currentSnapshot().snapshotId()):
+        carried = {}
+    done = im.compact(spark, lake.quoted, {
+        "min-input-files": str(COMPACT_MIN_FILES), "delete-file-threshold": "1",
+        "remove-dangling-deletes": "true"}, {**carried, P.MAINTENANCE: "compaction"})
+    after_files, after_deletes = im.data_file_counts(iceberg_table(spark, lake.quoted))
+    action.files_rewritten, action.files_added = done.files_rewritten, done.files_added
+    action.delete_files_rewritten = max(done.delete_files_removed, deletes - after_deletes)
+    action.detail = f"data files {files} -> {after_files}, delete files {deletes} -> {after_deletes}"
+
+
+def expire_lake(spark: Any, lake: TablePath, max_age_ms: int, keep: int, action: Action) -> None:
+    table = iceberg_table(spark, lake.quoted)
+    cutoff = int(time.time() * 1000) - max_age_ms
+    tiering = newest_tiering_snapshot(table)
+    if tiering is not None:
+        cutoff = min(cutoff, int(tiering.timestampMillis()))
+    action.snapshots_expired = im.expire_snapshots(spark, lake.quoted, cutoff, keep)
+    action.detail = f"{im.snapshot_count(iceberg_table(spark, lake.quoted))} snapshot(s) kept"
+
+
+def remove_lake_orphans(spark: Any, lake: TablePath, action: Action) -> None:
+    action.orphans_removed = im.remove_orphans(spark, lake.quoted, int(time.time() * 1000) - ORPHAN_MIN_AGE_MS)
+
+
+def expire_stream(spark: Any, stream: TablePath, props: dict[str, str], position: int, max_age_ms: int, keep: int,
+                  action: Action) -> None:
+    bound = min(position, retention_bound(spark, stream, props, datetime.now(timezone.utc)))
+    table = iceberg_table(spark, stream.quoted)
+    needed = next((s for s in _main_ancestry(table) if int(s.sequenceNumber()) <= bound), None)
+    if needed is None:
+        action.snapshots_expired = 0
+        action.detail = f"kept all: nothing at or before position {bound} (tiered, and no KV snapshot needs it)"
+        return
+    # The snapshot at the bound stays: planning walks back to it.
+    cutoff = min(int(time.time() * 1000) - max_age_ms, int(needed.timestampMillis()))
+    action.snapshots_expired = im.expire_snapshots(spark, stream.quoted, cutoff, keep)
+    action.detail = f"kept position {bound} and after"
+
+
+def maintain(spark: Any, stream: TablePath, lake: TablePath, props: dict[str, str], position: int,
+             orphans: bool = True) -> list[Action]:
+    """Run every action on the table; see the module docstring."""
+    max_age_ms = int(P.read(props, P.SNAPSHOT_MAX_AGE).total_seconds() * 1000)
+    keep = P.read(props, P.SNAPSHOT_MIN_RETAINED)
+    actions = []
+    try:
+        im.bound_metadata(iceberg_table(spark, lake.quoted))
+    except Exception:
+        log.warning("could not set metadata properties of %s", lake, exc_info=True)
+    if P.read(props, P.AUTO_COMPACTION):
+        actions.append(_timed("compaction", lake, lambda a: compact_lake(spark, lake, a)))
+    actions.append(_timed("expire_snapshots", lake, lambda a: expire_lake(spark, lake, max_age_ms, keep, a)))
+    if orphans:
+        actions.append(_timed("orphan_files", lake, lambda a: remove_lake_orphans(spark, lake, a)))
+    actions.append(_timed("stream_expire_snapshots", stream,
+                          lambda a: expire_stream(spark, stream, props, position, max_age_ms, keep, a)))
+    return actions
+
+
+def after_round(spark: Any, client: Any, job_id: str, table_id: int, epoch: int, stream: TablePath,
+                lake: TablePath, props: dict[str, str], position: int) -> list[Action] | None:
+    """The worker's hook between a round and its report: maintenance if due.
+
+    Never raises: maintenance never fails a round."""
+    try:
+        rows = client.call("maintenance_due", job_id=job_id, table_id=table_id, tiering_epoch=epoch)
+        due, trigger, run_id, orphans = rows[0][0], rows[0][1], rows[0][2], rows[0][3]
+        if not due:
+            return None
+        started = time.monotonic()
+        actions = maintain(spark, stream, lake, props, position, orphans=bool(orphans))
+        client.call("record_maintenance", job_id=job_id, table_id=table_id, tiering_epoch=epoch, run_id=run_id,
+                    run_trigger=trigger, actions=[a.entry() for a in actions])
+        log.info("maintenance of %s (%s, %.1f s): %s", stream, trigger, time.monotonic() - started,
+                 "; ".join(f"{a.kind}: {a.error or a.detail or 'done'}" for a in actions))
+        return actions
+    except Exception:
+        log.warning("maintenance of %s could not run", stream, exc_info=True)
+        return None

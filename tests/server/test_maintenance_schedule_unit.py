@@ -1,0 +1,141 @@
+"""When managed maintenance is due, and the sys housekeeping's bookkeeping (no JVM)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from tierlake.server.coordinator import maintenance_schedule as ms
+from tierlake.server.coordinator.state_machine import Policy, Status
+from tierlake.server.exceptions import FencedEpochError, MaintenanceNotRunError, NotAssignedError
+from tierlake.server.runtime import housekeeping
+from tierlake.server.runtime.config import Config
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+class State:
+    def __init__(self, table_id, status, job_id, epoch):
+        self.table_id, self.status, self.job_id, self.tiering_epoch = table_id, status, job_id, epoch
+        self.database_name, self.table_name, self.next_due = "db", f"t{table_id}", None
+
+    @property
+    def path(self):
+        return f"db.t{self.table_id}"
+
+
+class FakeCoordinator:
+    def __init__(self, config):
+        self.spark = None
+        self.config = config
+        self.policy = Policy(heartbeat_timeout=timedelta(seconds=8), retry_backoff=timedelta(seconds=1),
+                             retry_backoff_max=timedelta(seconds=2))
+        self.now = T0
+        self.states = {1: State(1, Status.TIERING, "job", 3)}
+        self._jobs_persisted = {"job": T0}
+        self.appended = []
+
+    def clock(self):
+        return self.now
+
+    def load(self):
+        return None, self.states
+
+    def mutate(self, change):
+        return change(self.states, self.now)[0]
+
+
+class FakeLog:
+    def __init__(self, sink):
+        self.sink = sink
+
+    def append(self, rows):
+        self.sink.extend(rows)
+
+
+@pytest.fixture
+def schedule(tmp_path):
+    coordinator = FakeCoordinator(Config.load(home=tmp_path))
+    out = ms.MaintenanceSchedule.__new__(ms.MaintenanceSchedule)
+    out.coordinator = coordinator
+    out.log_table = FakeLog(coordinator.appended)
+    out.cond, out.requested, out.results, out.last, out.last_orphans = threading.Condition(), {}, {}, {}, {}
+    return out
+
+
+def test_due_after_the_first_round_then_every_interval(schedule):
+    due, trigger, run_id, orphans = schedule.due("job", 1, 3)
+    assert (due, trigger, orphans) == (True, "scheduled", False) and run_id
+    schedule.record("job", 1, 3, run_id, trigger, [{"kind": "compaction", "target": "db_lake.t1",
+                                                    "started_ms": 0, "duration_ms": 5, "files_rewritten": 7}])
+    assert schedule.coordinator.appended[0]["files_rewritten"] == 7
+    assert schedule.coordinator.appended[0]["table_name"] == "t1"
+    schedule.coordinator.now += timedelta(minutes=5)
+    assert schedule.due("job", 1, 3)[0] is False
+    schedule.coordinator.now += timedelta(minutes=6)
+    due, _, _, orphans = schedule.due("job", 1, 3)
+    assert due is True and orphans is False  # orphan files hourly
+    schedule.coordinator.now += timedelta(minutes=50)
+    assert schedule.due("job", 1, 3)[3] is True
+
+
+def test_only_the_job_holding_the_table_at_its_epoch_is_answered(schedule):
+    with pytest.raises(NotAssignedError):
+        schedule.due("other", 1, 3)
+    with pytest.raises(FencedEpochError):
+        schedule.due("job", 1, 2)
+
+
+def test_a_request_is_due_at_once_and_wakes_the_caller(schedule):
+    schedule.due("job", 1, 3)  # just maintained
+    state = schedule.coordinator.states[1]
+    state.status = Status.SCHEDULED
+    run_id = schedule.request(1)
+    assert state.next_due == schedule.coordinator.now  # made due now
+    state.status = Status.TIERING
+    assert schedule.due("job", 1, 3) == (True, "requested", run_id, True)
+    threading.Timer(0.1, lambda: schedule.record("job", 1, 3, run_id, "requested", [
+        {"kind": "expire_snapshots", "target": "db_lake.t1", "started_ms": 0, "duration_ms": 1,
+         "snapshots_expired": 4}])).start()
+    rows = schedule.wait(run_id, 10)
+    assert rows[0]["snapshots_expired"] == 4 and 1 not in schedule.requested
+
+
+def test_a_request_without_a_live_job_fails_at_once(schedule):
+    schedule.coordinator.now += timedelta(hours=1)
+    with pytest.raises(MaintenanceNotRunError, match="no tiering job is alive"):
+        schedule.request(1)
+
+
+def test_a_request_nobody_runs_times_out_and_stays(schedule):
+    run_id = schedule.request(1)
+    with pytest.raises(MaintenanceNotRunError, match="within 0.1 s"):
+        schedule.wait(run_id, 0.1)
+    assert schedule.requested == {1: run_id}
+
+
+def test_interval_zero_turns_scheduled_maintenance_off(schedule, tmp_path):
+    schedule.coordinator.config = Config.load(home=tmp_path, conf={"tierlake.maintenance.interval": "0 s"})
+    assert schedule.due("job", 1, 3)[0] is False
+
+
+def test_the_state_tables_are_every_migration_table():
+    tables = housekeeping.state_tables()
+    assert {"sys.tiering_tables", "sys.tiering_jobs", "sys.tiering_round_log", "sys.lake_maintenance_log",
+            "sys.quality_results", "sys.kv_snapshot_lease_state"} <= set(tables)
+    assert not [t for t in tables if t.startswith("sys.kv_") and t not in
+                ("sys.kv_snapshot_catalog", "sys.kv_snapshot_lease_state")]
+    assert set(housekeeping.RETENTION) <= set(tables)
+
+
+def test_many_commits_of_one_table_wake_the_housekeeping():
+    housekeeping._take_pressured()
+    for _ in range(housekeeping.COMMITS_BEFORE_EXPIRY - 1):
+        housekeeping.note_commit("sys.x")
+    assert not housekeeping._pressure.is_set()
+    housekeeping.note_commit("sys.x")
+    assert housekeeping._pressure.is_set()
+    assert housekeeping._take_pressured() == {"sys.x"}
+    assert not housekeeping._pressure.is_set()

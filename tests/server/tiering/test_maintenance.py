@@ -1,0 +1,134 @@
+"""Running for months (DESIGN §12): bounded sys state after many coordinator
+commits, and managed maintenance of lake and stream tables next to rounds."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.server.tiering.conftest import make_due, run, wait_tiered
+from tierlake.server.clients.procedure_client import LocalClient
+from tierlake.server.runtime import housekeeping
+from tierlake.server.runtime.housekeeping import COMMITS_BEFORE_EXPIRY
+from tierlake.server.runtime.session import iceberg_table
+
+pytestmark = pytest.mark.integration
+
+
+def metadata_files(spark, name: str) -> list[Path]:
+    location = str(iceberg_table(spark, name).location()).removeprefix("file:")
+    return list((Path(location) / "metadata").glob("*.metadata.json"))
+
+
+def snapshots(spark, name: str) -> int:
+    return sum(1 for _ in iceberg_table(spark, name).snapshots())
+
+
+def test_sys_state_stays_bounded_after_many_coordinator_commits(server, spark, db):
+    # A tiering job of our own drives the coordinator through the procedure
+    # client (assign, finish, make due) until sys.tiering_tables made 60 more commits.
+    spark.sql(f"CREATE TABLE {db}.beat (id BIGINT) USING iceberg TBLPROPERTIES ('format-version'='2')")
+    client = LocalClient(server)
+    client.call("enable_tiering", table=f"{db}.beat")
+    job, table = "bounded-" + uuid.uuid4().hex[:8], f"{db}.beat"
+
+    def due_now(states, now):
+        state = next(s for s in states.values() if s.path == table)
+        if state.status.value != "Scheduled":
+            return None, False, []
+        state.next_due = now
+        return None, True, []
+
+    target = housekeeping.commits_total("sys.tiering_tables") + 60
+    while housekeeping.commits_total("sys.tiering_tables") < target:
+        server.coordinator.mutate(due_now)
+        for kind, table_id, path, epoch, _ in client.call("heartbeat", job_id=job, request_table=True):
+            if kind != "assigned":
+                continue
+            entry = {"table_id": table_id, "tiering_epoch": epoch}
+            if path == table:
+                client.call("heartbeat", job_id=job, finished_tables=[dict(entry, tiered_position=0)])
+            else:  # another module's table: hand it back
+                client.call("heartbeat", job_id=job, failed_tables=[dict(entry, error_message="not this test's")])
+    # Metadata files are deleted after each commit (5 previous versions kept),
+    # snapshots expired once a table made COMMITS_BEFORE_EXPIRY commits.
+    deadline = time.monotonic() + 60
+    while snapshots(spark, "sys.tiering_tables") > COMMITS_BEFORE_EXPIRY and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert snapshots(spark, "sys.tiering_tables") <= COMMITS_BEFORE_EXPIRY
+    assert len(metadata_files(spark, "sys.tiering_tables")) <= 6
+    assert len(metadata_files(spark, "sys.tiering_round_log")) <= 6
+    assert len(metadata_files(spark, "sys.tiering_jobs")) <= 6
+    # The state is intact: the table is still registered, its rounds recorded.
+    assert client.call("list_tiering_statuses", table=table)[0][1] == "beat"
+    assert spark.sql(f"SELECT count(*) FROM sys.tiering_rounds WHERE database_name = '{db}'").first()[0] > 0
+    client.call("disable_tiering", table=table)
+
+
+def lake_equals_stream(hive_cursor, db: str, table: str, columns: str) -> None:
+    lake = Counter(tuple(r) for r in run(hive_cursor, f"SELECT {columns} FROM {db}_lake.{table}"))
+    stream = Counter(tuple(r) for r in run(hive_cursor, f"SELECT {columns} FROM {db}.{table}"))
+    assert lake == stream
+
+
+def test_maintenance_and_rounds_on_one_table_never_fail_each_other(server, workers, hive_cursor, db, spark):
+    props = ("'table.datalake.enabled'='true', 'table.datalake.freshness'='1 s', "
+             "'table.datalake.snapshot.max-age'='0 s', 'table.datalake.snapshot.min-retained'='2'")
+    run(hive_cursor, f"CREATE TABLE {db}.logs (id BIGINT, msg STRING) TBLPROPERTIES ({props})")
+    run(hive_cursor, f"CREATE TABLE {db}.kv (k BIGINT, v STRING) TBLPROPERTIES ({props}, 'primary-key'='k', "
+                     "'bucket.num'='1')")
+    # Appends keep arriving while maintenance runs (and the rounds it waits for).
+    stop, appended = threading.Event(), [0]
+
+    def append():
+        while not stop.is_set():
+            spark.sql(f"INSERT INTO {db}.logs VALUES ({appended[0]}, 'bg')")
+            appended[0] += 1
+            stop.wait(0.5)
+
+    done = []
+    for loop in range(3):
+        for i in range(6):
+            run(hive_cursor, f"INSERT INTO {db}.logs VALUES ({1000 + loop * 10 + i}, 'fg')")
+            run(hive_cursor, f"INSERT INTO {db}.kv (k, v, _change_type) VALUES ({i % 3}, 'v{loop}-{i}', "
+                             f"'{'-D' if i == 5 else '+U'}')")
+        for table in ("logs", "kv"):
+            wait_tiered(server, f"{db}.{table}")
+        stop.clear()
+        writer = threading.Thread(target=append, daemon=True)
+        writer.start()
+        try:
+            for table in ("logs", "kv"):
+                done += run(hive_cursor, f"CALL sys.run_maintenance('{db}.{table}')")
+        finally:
+            stop.set()
+            writer.join(timeout=60)
+    assert done and all(r[10] is None for r in done), [r for r in done if r[10]]
+    kinds = {r[2] for r in done}
+    assert kinds == {"compaction", "expire_snapshots", "orphan_files", "stream_expire_snapshots"}
+    assert sum(r[5] or 0 for r in done if r[2] == "compaction") > 0  # small files were rewritten
+    assert sum(r[4] or 0 for r in done if r[2] == "expire_snapshots") > 0
+    assert sum(r[4] or 0 for r in done if r[2] == "stream_expire_snapshots") > 0
+    # Rows reached the lake exactly once, through every compaction and expiry.
+    for table in ("logs", "kv"):
+        make_due(server, f"{db}.{table}")
+        wait_tiered(server, f"{db}.{table}")
+    lake_equals_stream(hive_cursor, db, "logs", "id, msg")
+    kv = dict(run(hive_cursor, f"SELECT k, v FROM {db}_lake.kv"))
+    assert kv == {0: "v2-3", 1: "v2-4"}
+    # No round failed (a round the heartbeat timeout re-queued on a loaded
+    # machine is timed_out, not failed); every action is in the view, none with an error.
+    rounds = run(hive_cursor, "SELECT outcome, error FROM sys.tiering_rounds WHERE database_name = %(db)s",
+                 {"db": db})
+    assert rounds and not [r for r in rounds if r[0] == "failed"], rounds
+    seen = run(hive_cursor, "SELECT table_name, kind, run_trigger, error FROM sys.lake_maintenance "
+                            "WHERE database_name = %(db)s", {"db": db})
+    assert {(r[0], r[1]) for r in seen} >= {(t, k) for t in ("logs", "kv") for k in kinds}
+    assert all(r[3] is None for r in seen)
+    # A stream snapshot the planner needs (the tiered position's) was kept.
+    assert snapshots(spark, f"{db}.logs") >= 1
