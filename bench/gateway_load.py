@@ -87,6 +87,79 @@ def run_clients(connect, clients: int, statements: int, queries: tuple[str, ...]
     return result
 
 
+def _connect_spec(spec: dict, n: int):
+    from pyhive import hive
+
+    user = spec.get("user") or f"client{n}"
+    return hive.connect(spec["host"], spec["port"], username=user, password=spec.get("password"),
+                        auth=spec.get("auth", "NONE"))
+
+
+def _client_process(spec: dict, clients: int, statements: int, queries: tuple[str, ...], ready, out) -> None:
+    # One process of several: its threads connect, wait for the parent's start, run, and send back.
+    result = LoadResult()
+    conns = []
+    for n in range(clients):
+        try:
+            conns.append(_connect_spec(spec, n))
+        except Exception as e:  # noqa: BLE001 - every failure is counted
+            result.failures.append(f"connect: {type(e).__name__}: {e}")
+    lock = threading.Lock()
+
+    def client(n: int, conn) -> None:
+        cursor = conn.cursor()
+        for i in range(statements):
+            t = time.perf_counter()
+            try:
+                cursor.execute(queries[(n + i) % len(queries)])
+                cursor.fetchall()
+            except Exception as e:  # noqa: BLE001
+                with lock:
+                    result.failures.append(f"statement {i}: {type(e).__name__}: {e}")
+                continue
+            with lock:
+                result.latencies.append(time.perf_counter() - t)
+
+    ready.wait(300)
+    threads = [threading.Thread(target=client, args=(n, c)) for n, c in enumerate(conns)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for c in conns:
+        c.close()
+    out.put((result.latencies, result.failures))
+
+
+def run_clients_out_of_process(spec: dict, clients: int, statements: int, queries: tuple[str, ...] = QUERIES,
+                               processes: int = 4) -> LoadResult:
+    """Like :func:`run_clients`, but the clients live in ``processes`` other
+    Python processes (as dashboards do): their Thrift decoding does not share
+    the server's GIL. ``spec``: host, port, and optionally user/password/auth."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")  # never fork a process that runs a JVM bridge
+    out = ctx.Queue()
+    shares = [k for k in (clients // processes + (1 if i < clients % processes else 0)
+                          for i in range(processes)) if k]
+    ready = ctx.Barrier(len(shares) + 1)
+    procs = [ctx.Process(target=_client_process, args=(spec, k, statements, queries, ready, out))
+             for k in shares]
+    for p in procs:
+        p.start()
+    ready.wait(300)
+    started = time.perf_counter()
+    result = LoadResult()
+    for _ in procs:
+        latencies, failures = out.get(timeout=1800)
+        result.latencies.extend(latencies)
+        result.failures.extend(failures)
+    result.elapsed = time.perf_counter() - started
+    for p in procs:
+        p.join(60)
+    return result
+
+
 def create_tiered_tables(cursor, database: str, count: int) -> list[str]:
     cursor.execute(f"CREATE DATABASE IF NOT EXISTS {database}")
     names = []
@@ -127,6 +200,8 @@ def main() -> None:
     parser.add_argument("--auth", action="store_true", help="password file on: every statement is classified")
     parser.add_argument("--status", action="store_true",
                         help="the status-view benchmark: idle, while tiering, and on Spark Thrift Server directly")
+    parser.add_argument("--processes", type=int, default=0,
+                        help="--status: run the concurrent clients in this many other processes (0: threads here)")
     args = parser.parse_args()
     if args.status:
         status_main(args)
@@ -195,25 +270,39 @@ def status_main(args) -> None:
     def gateway(n: int):
         return hive.connect("127.0.0.1", port, username=f"client{n}")
 
+    # The internal server takes only the gateway's login (docs/security.md): the
+    # bench, in the server's process, presents the same secret.
+    direct_spec = {"host": "127.0.0.1", "port": sts, "user": "bench", "password": server.internal_secret,
+                   "auth": "CUSTOM"}
+    gateway_spec = {"host": "127.0.0.1", "port": port}
+
     def direct(n: int):
-        return hive.connect("127.0.0.1", sts, username=f"client{n}", auth="NOSASL")
+        return _connect_spec(direct_spec, n)
+
+    def many(spec: dict):
+        if args.processes:
+            return lambda clients, statements, queries: run_clients_out_of_process(
+                spec, clients, statements, queries, args.processes)
+        connect = gateway if spec is gateway_spec else direct
+        return lambda clients, statements, queries: run_clients(connect, clients, statements, queries)
 
     rows = []
     try:
         admin = gateway(0).cursor()
         tables = create_tiered_tables(admin, "load", args.tables)
         time.sleep(3)  # the scheduler has moved them to Pending; no worker: nothing changes
-        for label, connect in (("gateway", gateway), ("Spark Thrift Server directly", direct)):
+        for label, connect, spec in (("gateway", gateway, gateway_spec),
+                                     ("Spark Thrift Server directly", direct, direct_spec)):
             rows.append((f"1 client x 50, idle, {label}", run_clients(connect, 1, 50, STATUS_QUERY)))
             rows.append((f"{args.clients} clients x {args.statements}, idle, {label}",
-                         run_clients(connect, args.clients, args.statements, STATUS_QUERY)))
+                         many(spec)(args.clients, args.statements, STATUS_QUERY)))
         feeder = Feeder(server.spark, tables)
         feeder.start()
         workers = start_workers(server, 2)
         time.sleep(5)  # rounds under way before the clients start
-        for label, connect in (("gateway", gateway), ("Spark Thrift Server directly", direct)):
+        for label, spec in (("gateway", gateway_spec), ("Spark Thrift Server directly", direct_spec)):
             rows.append((f"{args.clients} clients x {args.statements}, {args.tables} tables tiering, {label}",
-                         run_clients(connect, args.clients, args.statements, STATUS_QUERY)))
+                         many(spec)(args.clients, args.statements, STATUS_QUERY)))
         feeder.stop()
         for worker in workers:
             worker.stop()
