@@ -76,11 +76,12 @@ def test_server_lifecycle_restart_and_home_lock(tmp_path):
         assert r.returncode == 0, r.stderr
         assert "0001_sys_base.sql" in r.stdout
         # Coordinator state to carry over the restart: one table tiered (with
-        # a 20 s freshness), one failed with an error.
+        # a 60 s freshness: longer than a stop and start on a loaded 2-core
+        # machine, else it is due again before the comparison), one failed with an error.
         r = _sql(
             url,
             "CREATE TABLE shop.other (id BIGINT) USING iceberg",
-            "ALTER TABLE shop.orders SET TBLPROPERTIES ('table.datalake.freshness' = '20 s')",
+            "ALTER TABLE shop.orders SET TBLPROPERTIES ('table.datalake.freshness' = '60 s')",
             "CALL sys.enable_tiering('shop.orders')",
             "CALL sys.enable_tiering('shop.other')",
             "CALL sys.heartbeat(job_id => 'j', request_table => true)",
@@ -125,9 +126,9 @@ def test_server_lifecycle_restart_and_home_lock(tmp_path):
         after = _sql(line.split(": ", 1)[1], "SELECT * FROM sys.lake_tiering_status ORDER BY table_name")
         assert after.stdout == before.stdout
         # ... and scheduling resumed from the last finished round: once its
-        # 20 s of freshness have passed (partly while the server was down; a
+        # 60 s of freshness have passed (partly while the server was down; a
         # fast restart takes less) it is due at once.
-        time.sleep(max(0.0, finished_at + 21 - time.monotonic()))
+        time.sleep(max(0.0, finished_at + 61 - time.monotonic()))
         resumed = _sql(line.split(": ", 1)[1], "CALL sys.heartbeat(job_id => 'k', request_table => true)",
                        "CALL sys.heartbeat(job_id => 'k', request_table => true)")
         assert "shop.orders" in resumed.stdout and "assigned" in resumed.stdout, resumed.stdout
