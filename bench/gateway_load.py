@@ -45,6 +45,22 @@ class LoadResult:
                 f"p99 {self.percentile(0.99) * 1000:.0f} ms")
 
 
+def _statements(cursor, n: int, statements: int, queries: tuple[str, ...], result: LoadResult,
+                lock: threading.Lock) -> None:
+    """Client ``n``'s statements, each timed; failures are counted, not raised."""
+    for i in range(statements):
+        t = time.perf_counter()
+        try:
+            cursor.execute(queries[(n + i) % len(queries)])
+            cursor.fetchall()
+        except Exception as e:  # noqa: BLE001 - every failure is counted
+            with lock:
+                result.failures.append(f"client {n} statement {i}: {type(e).__name__}: {e}")
+            continue
+        with lock:
+            result.latencies.append(time.perf_counter() - t)
+
+
 def run_clients(connect, clients: int, statements: int, queries: tuple[str, ...] = QUERIES) -> LoadResult:
     """``clients`` threads, each its own ``connect()``ion, ``statements`` queries each."""
     result = LoadResult()
@@ -64,17 +80,7 @@ def run_clients(connect, clients: int, statements: int, queries: tuple[str, ...]
             start.wait(120)
         except threading.BrokenBarrierError:
             pass
-        for i in range(statements):
-            t = time.perf_counter()
-            try:
-                cursor.execute(queries[(n + i) % len(queries)])
-                cursor.fetchall()
-            except Exception as e:  # noqa: BLE001
-                with lock:
-                    result.failures.append(f"client {n} statement {i}: {type(e).__name__}: {e}")
-                continue
-            with lock:
-                result.latencies.append(time.perf_counter() - t)
+        _statements(cursor, n, statements, queries, result, lock)
         conn.close()
 
     threads = [threading.Thread(target=client, args=(n,), name=f"load-client-{n}") for n in range(clients)]
@@ -106,22 +112,9 @@ def _client_process(spec: dict, clients: int, statements: int, queries: tuple[st
             result.failures.append(f"connect: {type(e).__name__}: {e}")
     lock = threading.Lock()
 
-    def client(n: int, conn) -> None:
-        cursor = conn.cursor()
-        for i in range(statements):
-            t = time.perf_counter()
-            try:
-                cursor.execute(queries[(n + i) % len(queries)])
-                cursor.fetchall()
-            except Exception as e:  # noqa: BLE001
-                with lock:
-                    result.failures.append(f"statement {i}: {type(e).__name__}: {e}")
-                continue
-            with lock:
-                result.latencies.append(time.perf_counter() - t)
-
     ready.wait(300)
-    threads = [threading.Thread(target=client, args=(n, c)) for n, c in enumerate(conns)]
+    threads = [threading.Thread(target=_statements, args=(c.cursor(), n, statements, queries, result, lock))
+               for n, c in enumerate(conns)]
     for t in threads:
         t.start()
     for t in threads:
