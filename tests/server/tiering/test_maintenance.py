@@ -44,7 +44,7 @@ def test_sys_state_stays_bounded_after_many_coordinator_commits(server, spark, d
         state.next_due = now
         return None, True, []
 
-    target = housekeeping.commits_total("sys.tiering_tables") + 60
+    target, position = housekeeping.commits_total("sys.tiering_tables") + 60, [0]
     while housekeeping.commits_total("sys.tiering_tables") < target:
         server.coordinator.mutate(due_now)
         for kind, table_id, path, epoch, _ in client.call("heartbeat", job_id=job, request_table=True):
@@ -52,7 +52,9 @@ def test_sys_state_stays_bounded_after_many_coordinator_commits(server, spark, d
                 continue
             entry = {"table_id": table_id, "tiering_epoch": epoch}
             if path == table:
-                client.call("heartbeat", job_id=job, finished_tables=[dict(entry, tiered_position=0)])
+                # A new position each time: rounds that found nothing new are not history.
+                position[0] += 1
+                client.call("heartbeat", job_id=job, finished_tables=[dict(entry, tiered_position=position[0])])
             else:  # another module's table: hand it back
                 client.call("heartbeat", job_id=job, failed_tables=[dict(entry, error_message="not this test's")])
     # Metadata files are deleted after each commit (5 previous versions kept),
