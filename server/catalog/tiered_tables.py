@@ -24,10 +24,15 @@ T_DROP_TABLE = "templates/drop_table.sql.j2"
 T_COUNT_NULL_KEYS = "templates/count_null_keys.sql.j2"
 
 
+def suffixed_path(config: Config | None, stream: TablePath, setting: str) -> TablePath:
+    """``<db><suffix>.<table>``, the suffix read from ``setting`` (the lake's, the fresh view's)."""
+    suffix = (config or Config.defaults()).text(setting)
+    return TablePath(stream.database + suffix, stream.table)
+
+
 def lake_path(config: Config | None, stream: TablePath) -> TablePath:
     """Where the lake table of ``stream`` lives: ``<db><tierlake.lake.database-suffix>.<table>``."""
-    suffix = (config or Config.defaults()).text("tierlake.lake.database-suffix")
-    return TablePath(stream.database + suffix, stream.table)
+    return suffixed_path(config, stream, "tierlake.lake.database-suffix")
 
 
 def lake_of(config: Any, stream: TablePath, properties: dict[str, str]) -> TablePath:

@@ -27,6 +27,7 @@ from tierlake.server.catalog.columns import columns_of
 from tierlake.server.catalog.properties import FRESH_VIEW_PROPERTY
 from tierlake.server.catalog.spec import CHANGE_TYPE, TieredSpec
 from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.catalog.tiered_tables import suffixed_path
 from tierlake.server.changelog.planner import lake_position
 from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.session import iceberg_table
@@ -41,8 +42,7 @@ COMMENT = "tierlake fresh view of {stream}: {lake} at snapshot {snapshot} + stre
 
 def fresh_path(config: Config | None, stream: TablePath) -> TablePath:
     """``<db><tierlake.fresh.database-suffix>.<table>``."""
-    suffix = (config or Config.defaults()).text("tierlake.fresh.database-suffix")
-    return TablePath(stream.database + suffix, stream.table)
+    return suffixed_path(config, stream, "tierlake.fresh.database-suffix")
 
 
 def _properties(spark: Any, stream: TablePath) -> dict[str, str]:

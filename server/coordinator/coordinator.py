@@ -23,6 +23,7 @@ from typing import Any
 from tierlake.server.coordinator import state_machine as sm
 from tierlake.server.coordinator.maintenance_schedule import MaintenanceSchedule
 from tierlake.server.coordinator.state_machine import Policy, Status, TableState
+from tierlake.server.runtime import periodic
 from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.state_table import SmallTable
 
@@ -201,17 +202,13 @@ class Coordinator:
         return self.mutate(change)
 
     def start_ticker(self, interval: timedelta) -> None:
-        def loop():
-            while not self._stop.wait(interval.total_seconds()):
-                try:
-                    changed = self.tick()
-                    if changed:
-                        log.info("scheduler moved tables %s", sorted(changed))
-                except Exception:
-                    log.exception("scheduler tick failed")
+        def tick() -> None:
+            changed = self.tick()
+            if changed:
+                log.info("scheduler moved tables %s", sorted(changed))
 
-        self._ticker = threading.Thread(target=loop, name="tierlake-scheduler", daemon=True)
-        self._ticker.start()
+        self._ticker = periodic.every(interval.total_seconds(), self._stop, tick, "tierlake-scheduler", log,
+                                      "scheduler tick")
 
     def stop(self) -> None:
         self._stop.set()

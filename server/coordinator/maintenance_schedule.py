@@ -32,9 +32,9 @@ SCHEDULED, REQUESTED = "scheduled", "requested"
 ORPHANS_EVERY = timedelta(hours=1)
 
 
-@dataclass(frozen=True)
+@dataclass
 class MaintenanceAction:
-    """One action of a maintenance run, as a tiering job reports it."""
+    """One action of a maintenance run, as a tiering job reports it (and fills it in while it runs)."""
 
     kind: str
     target: str

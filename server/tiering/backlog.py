@@ -25,6 +25,7 @@ import threading
 from datetime import datetime, timezone
 from typing import Any
 
+from tierlake.server.runtime import periodic
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.runtime.state_table import SmallTable
 
@@ -96,15 +97,8 @@ class BacklogProbe:
             return self.table.update(change)
 
     def start(self, interval_s: float) -> None:
-        def loop():
-            while not self._stop.wait(interval_s):
-                try:
-                    self.probe()
-                except Exception:
-                    log.exception("backlog probe failed")
-
-        self._thread = threading.Thread(target=loop, name="tierlake-backlog-probe", daemon=True)
-        self._thread.start()
+        self._thread = periodic.every(interval_s, self._stop, self.probe, "tierlake-backlog-probe", log,
+                                      "backlog probe")
 
     def stop(self) -> None:
         self._stop.set()

@@ -35,12 +35,14 @@ import logging
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any
 
 from tierlake.server.catalog import properties as P
 from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.changelog.positions import summary as _summary
+from tierlake.server.coordinator.maintenance_schedule import MaintenanceAction
 from tierlake.server.kv.log_retention import retention_bound
 from tierlake.server.runtime import iceberg_maintenance as im
 from tierlake.server.runtime.session import iceberg_table
@@ -52,26 +54,9 @@ ORPHAN_MIN_AGE_MS = 3600 * 1000
 TIERING_SUMMARY_PREFIX = "tiering."
 
 
-@dataclass
-class Action:
-    kind: str
-    target: str
-    started_ms: int = 0
-    duration_ms: int = 0
-    snapshots_expired: int | None = None
-    files_rewritten: int | None = None
-    delete_files_rewritten: int | None = None
-    files_added: int | None = None
-    orphans_removed: int | None = None
-    detail: str | None = None
-    error: str | None = None
-
-    def entry(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _summary(snapshot: Any) -> dict[str, str]:
-    return {str(k): str(v) for k, v in dict(snapshot.summary()).items()}
+# The record a run reports is the coordinator's (sys.record_maintenance takes it
+# as a struct); a run fills it in as its action goes.
+Action = MaintenanceAction
 
 
 def _main_ancestry(table: Any) -> list[Any]:
@@ -90,7 +75,7 @@ def newest_tiering_snapshot(table: Any) -> Any:
 
 
 def _timed(kind: str, target: TablePath, body: Callable[[Action], None]) -> Action:
-    action = Action(kind, str(target), started_ms=int(time.time() * 1000))
+    action = Action(kind, str(target), started_ms=int(time.time() * 1000), duration_ms=0)
     started = time.monotonic()
     try:
         body(action)
@@ -184,7 +169,7 @@ def after_round(spark: Any, client: Any, job_id: str, table_id: int, epoch: int,
         started = time.monotonic()
         actions = maintain(spark, stream, lake, props, position, orphans=bool(orphans))
         client.call("record_maintenance", job_id=job_id, table_id=table_id, tiering_epoch=epoch, run_id=run_id,
-                    run_trigger=trigger, actions=[a.entry() for a in actions])
+                    run_trigger=trigger, actions=[asdict(a) for a in actions])
         log.info("maintenance of %s (%s, %.1f s): %s", stream, trigger, time.monotonic() - started,
                  "; ".join(f"{a.kind}: {a.error or a.detail or 'done'}" for a in actions))
         return actions
