@@ -1,6 +1,7 @@
 """Concurrent JDBC clients on the sys status views while tables are tiered.
 
     PYTHONPATH=. python -m bench.gateway_load [--clients 32] [--statements 20] [--tables 4] [--auth]
+    PYTHONPATH=. python -m bench.gateway_load --status [--processes 4]   # status reads (issue 19)
 
 Starts a server with two in-process tiering workers, creates ``--tables``
 tiered log tables (freshness 1 s) fed by a background appender, and runs
