@@ -48,8 +48,49 @@ def server(tmp_path_factory):
     )
     configure_python_logging(config.logs_dir)
     srv = Server(config).start()
+    _started.append(srv)
     yield srv
+    _started.clear()
     srv.stop()
+
+
+_started: list = []  # the session's server, once a test asked for it
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _park_tables_after_module():
+    """Each module's tables leave the schedule with it. The server is shared by
+    the whole run and most tests make their tables due within a freshness of
+    hours; a table still Pending from an earlier module would otherwise be
+    handed to the next module's workers and hand-driven jobs (``heartbeat
+    request_table`` gives out the oldest Pending table first)."""
+    yield
+    if _started:
+        park_all_tables(_started[0])
+
+
+def park_all_tables(server) -> None:
+    """Every registered table Scheduled, unassigned, due in 2100; a round in
+    progress is fenced (its epoch moves on)."""
+    from datetime import datetime, timezone
+
+    from tierlake.server.coordinator.state_machine import Status
+
+    never = datetime(2100, 1, 1, tzinfo=timezone.utc)
+
+    def park(states, now):
+        changed = False
+        for state in states.values():
+            if state.status is Status.SCHEDULED and state.next_due == never and state.job_id is None:
+                continue
+            if state.status is Status.TIERING:
+                state.tiering_epoch += 1
+            state.status, state.job_id, state.next_due = Status.SCHEDULED, None, never
+            state.pending_since = state.round_started = None
+            changed = True
+        return None, changed, []
+
+    server.coordinator.mutate(park)
 
 
 @pytest.fixture(scope="session")

@@ -162,6 +162,18 @@ class Authorizer:
                       if n.name == "UnresolvedGenerator" and n.strings}
         return planauth.requirement(plan, database, self.sessions.functions(jsession, functions))
 
+    def check_role(self, user: str | None, role: str, what: str) -> None:
+        """Raise :class:`PermissionDeniedError` unless ``user`` holds ``role``
+        (or a role granting it)."""
+        held = self.roles(user)
+        if R.allows(held, role):
+            return
+        log.warning("denied %s to user %r (roles %s)", what, user, sorted(held))
+        raise PermissionDeniedError(
+            f"permission denied: {what} needs the {' or '.join(sorted(R.GRANTED_BY[role]))} role; "
+            f"user {user!r} has {', '.join(sorted(held)) or 'no role'}"
+        )
+
     def check(self, user: str | None, statement: str, session: Any = None) -> None:
         """Raise :class:`PermissionDeniedError` (or a parse / size error)
         unless ``user`` may run ``statement``."""
@@ -169,14 +181,7 @@ class Authorizer:
         if self.passwords is None:
             return
         need = self.requirement(statement, session)
-        held = self.roles(user)
-        if need.role is not planauth.NOBODY and R.allows(held, need.role):
-            return
-        log.warning("denied %s to user %r (roles %s)", need.what, user, sorted(held))
         if need.role is planauth.NOBODY:
+            log.warning("denied %s to user %r", need.what, user)
             raise PermissionDeniedError(f"permission denied: {need.what} is not allowed")
-        granted = sorted(R.GRANTED_BY[need.role])
-        raise PermissionDeniedError(
-            f"permission denied: {need.what} needs the {' or '.join(granted)} role; "
-            f"user {user!r} has {', '.join(sorted(held)) or 'no role'}"
-        )
+        self.check_role(user, need.role, need.what)

@@ -2,9 +2,12 @@
 fresh view (docs/tiering.md, "Fresh views"): the gateway runs the statement,
 then drops the view or re-creates it under the new name.
 
-Only statements naming the table as ``db.table`` are taken: an unqualified
-name may be a session's temporary view, which only the relayed session knows.
-Any other DROP or RENAME goes to Spark unchanged.
+What the statement is comes from Spark's own parse, in the session that runs
+it (a second parser could read ``/* /*+ */ SELECT 1 -- */ DROP TABLE d.t``
+as a DROP while Spark runs a SELECT: docs/security.md). Only statements
+naming the table as ``db.table`` are taken: an unqualified name may be a
+session's temporary view, which only the relayed session knows. Any other
+DROP or RENAME goes to Spark unchanged.
 """
 
 from __future__ import annotations
@@ -12,14 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import sqlglot
-from sqlglot import exp
-from sqlglot.errors import ParseError, TokenError
-
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.catalog.tiered_tables import lake_of
 from tierlake.server.changelog import fresh_view
 from tierlake.server.runtime.session import iceberg_table
+
+SESSION_CATALOG = "spark_catalog"
+DROP, RENAME = "DropTable", "RenameTable"  # Spark's plan classes
 
 
 @dataclass(frozen=True)
@@ -28,33 +30,68 @@ class TableChange:
     renamed_to: TablePath | None  # None: DROP TABLE
 
 
-def _path(table: exp.Table) -> TablePath | None:
-    parts = [p.name for p in table.parts]
-    if len(parts) == 3 and parts[0].lower() == "spark_catalog":
+def _path(parts: list[str]) -> TablePath | None:
+    if len(parts) == 3 and parts[0].lower() == SESSION_CATALOG:
         parts = parts[1:]
     return TablePath(parts[0].lower(), parts[1].lower()) if len(parts) == 2 else None
 
 
-def parse_table_change(statement: str) -> TableChange | None:
-    """``DROP TABLE db.t`` or ``ALTER TABLE db.t RENAME TO db2.t2``; None for anything else."""
+def may_change_table(statement: str) -> bool:
+    """A cheap superset of the statements :func:`spark_table_change` takes
+    (only these are parsed)."""
     lowered = statement.lower()
-    if not (("drop" in lowered and "table" in lowered) or "rename" in lowered):
+    return ("drop" in lowered and "table" in lowered) or "rename" in lowered
+
+
+def table_change(root: str, name: list[str], new_name: list[str] | None = None) -> TableChange | None:
+    """The change a plan rooted at ``root`` (a Spark plan class) makes to
+    table ``name``; None for anything but a qualified DROP TABLE or RENAME."""
+    source = _path(name)
+    if source is None:
+        return None
+    if root == DROP:
+        return TableChange(source, None)
+    if root == RENAME and new_name is not None:
+        target = _path(new_name)
+        return None if target is None else TableChange(source, target)
+    return None
+
+
+def _parts(seq: Any) -> list[str]:
+    return [str(seq.apply(i)) for i in range(seq.length())]
+
+
+def spark_table_change(jsession: Any, statement: str) -> TableChange | None:
+    """What ``statement`` drops or renames, on ``jsession``'s (a Java
+    SparkSession's) parse; None for anything else, or when it does not parse."""
+    if not may_change_table(statement):
         return None
     try:
-        tree = sqlglot.parse_one(statement, read="spark")
-    except (ParseError, TokenError):
+        plan = jsession.sessionState().sqlParser().parsePlan(statement)
+    except Exception:  # noqa: BLE001 - Spark answers with its own parse error when the statement is relayed
         return None
-    if isinstance(tree, exp.Drop) and (tree.args.get("kind") or "").upper() == "TABLE":
-        tables = tree.args.get("tables") or ([tree.this] if isinstance(tree.this, exp.Table) else [])
-        path = _path(tables[0]) if len(tables) == 1 else None
-        return None if path is None else TableChange(path, None)
-    if isinstance(tree, exp.Alter) and (tree.args.get("kind") or "").upper() == "TABLE":
-        actions = tree.args.get("actions") or []
-        if len(actions) == 1 and isinstance(actions[0], exp.AlterRename):
-            source, target = _path(tree.this), _path(actions[0].this)
-            if source is not None and target is not None:
-                return TableChange(source, target)
+    root = str(plan.getClass().getSimpleName())
+    if root == DROP:
+        child = plan.child()
+        # IDENTIFIER('…') is a PlanWithUnresolvedIdentifier: relayed.
+        if str(child.getClass().getSimpleName()) != "UnresolvedIdentifier":
+            return None
+        return table_change(root, _parts(child.nameParts()))
+    if root == RENAME and not plan.isView():
+        child = plan.child()
+        if str(child.getClass().getSimpleName()) != "UnresolvedTableOrView":
+            return None
+        return table_change(root, _parts(child.multipartIdentifier()), _parts(plan.newName()))
     return None
+
+
+def spark_root(jsession: Any, statement: str) -> str | None:
+    """The class of the root of Spark's parse of ``statement`` (``CreateTable``,
+    ``SetTableProperties``, …); None when it does not parse."""
+    try:
+        return str(jsession.sessionState().sqlParser().parsePlan(statement).getClass().getSimpleName())
+    except Exception:  # noqa: BLE001 - relayed: Spark answers with its own parse error
+        return None
 
 
 def has_fresh_view(spark: Any, table: TablePath) -> bool:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from tierlake.server.exceptions import SparkSqlError, SqlSyntaxError, TableExistsError, TierlakeError
 from tierlake.server.gateway.callparse import is_sys_call, parse_call
 from tierlake.server.gateway.ddl import parse_tiered_create, parse_tiering_alter
-from tierlake.server.gateway.fresh_ddl import has_fresh_view, parse_table_change, run_table_change
+from tierlake.server.gateway.fresh_ddl import has_fresh_view, run_table_change, spark_root, spark_table_change
 from tierlake.server.gateway.protocol import LocalResult, SessionInfo
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.sqlapi.registry import Registry
@@ -48,6 +48,11 @@ def spark_error(e: Exception) -> TierlakeError:
     return SparkSqlError(f"{type(e).__name__}: {e}", "XX000")
 
 
+# Spark's plan classes for the statements runs_ddl takes.
+CREATE_ROOTS = frozenset({"CreateTable", "CreateTableAsSelect", "ReplaceTable", "ReplaceTableAsSelect"})
+ALTER_ROOTS = frozenset({"SetTableProperties"})
+
+
 def parse_tiered_create_safe(statement: str):
     # wants() must not raise: a bad tiered CREATE is answered by execute().
     try:
@@ -64,12 +69,34 @@ class CallHandler:
         self.context_factory = context_factory
 
     def wants(self, statement: str) -> bool:
-        return (is_sys_call(statement) or parse_tiered_create_safe(statement) is not None
-                or parse_tiering_alter(statement) is not None or self._fresh_view_change(statement) is not None)
+        return is_sys_call(statement) or self.runs_ddl(statement)
+
+    def runs_ddl(self, statement: str) -> bool:
+        """A tiered CREATE, a tiering ALTER, or a DROP/RENAME of a table with
+        a fresh view: DDL the gateway runs itself (admin only, whatever the
+        statement's parse, see server.py).
+
+        sqlglot only finds candidates and reads the column list and
+        properties; what the statement is comes from Spark's own parse in the
+        session that runs it, so a text two parsers read differently (comment
+        tricks) is relayed to Spark, which runs what was authorised."""
+        if is_sys_call(statement):
+            return False
+        if parse_tiered_create_safe(statement) is not None:
+            return self._spark_root(statement) in CREATE_ROOTS
+        if parse_tiering_alter(statement) is not None:
+            return self._spark_root(statement) in ALTER_ROOTS
+        return self._fresh_view_change(statement) is not None
+
+    def _jsession(self):
+        return self.context_factory(None).spark._jsparkSession
+
+    def _spark_root(self, statement: str) -> str | None:
+        return spark_root(self._jsession(), statement)
 
     def _fresh_view_change(self, statement: str):
         """DROP/RENAME of a table with a fresh view (server/gateway/fresh_ddl.py)."""
-        change = parse_table_change(statement)
+        change = spark_table_change(self._jsession(), statement)
         if change is None or not has_fresh_view(self.context_factory(None).spark, change.table):
             return None
         return change
@@ -78,14 +105,16 @@ class CallHandler:
         if is_sys_call(statement):
             return self.call(statement, user=session.user)
         try:
-            change = self._fresh_view_change(statement)
-            if change is not None:
-                ctx = self.context_factory(session.user)
-                run_table_change(ctx.spark, ctx.config, change, statement)
-                return LocalResult(columns=[("Result", "string")], rows=[])
-            if parse_tiering_alter(statement) is not None:
+            if parse_tiered_create_safe(statement) is not None and self._spark_root(statement) in CREATE_ROOTS:
+                return self.create_tiered(statement, user=session.user)
+            if parse_tiering_alter(statement) is not None and self._spark_root(statement) in ALTER_ROOTS:
                 return self.alter_tiering(statement, user=session.user)
-            return self.create_tiered(statement, user=session.user)
+            change = self._fresh_view_change(statement)
+            if change is None:
+                raise SqlSyntaxError("not a statement the gateway runs itself")
+            ctx = self.context_factory(session.user)
+            run_table_change(ctx.spark, ctx.config, change, statement)
+            return LocalResult(columns=[("Result", "string")], rows=[])
         except TierlakeError:
             raise
         except Exception as e:

@@ -48,6 +48,7 @@ from tierlake.server.gateway.sasl import Authenticator, NotSaslClient, SaslError
 from tierlake.server.gateway.security import TlsError, refuse_nosasl, start_tls
 from tierlake.server.gateway.upstream import UpstreamError, connect_upstream
 from tierlake.server.runtime.operations import OperationControl, running
+from tierlake.server.sqlapi import roles as R
 
 log = logging.getLogger("tierlake.gateway")
 
@@ -412,6 +413,16 @@ class _Connection:
             return self._error_reply(msg, f"Internal error: {_describe(exc)}")
         if not wanted:
             return None
+        if authorizer is not None and authorizer.enabled:
+            # DDL the gateway runs itself acts on its own reading of the text
+            # (its columns and properties): admin only, whatever Spark's parse
+            # in the client's session said.
+            runs_ddl = getattr(self.gateway.handler, "runs_ddl", None)
+            try:
+                if runs_ddl is not None and runs_ddl(statement):
+                    authorizer.check_role(session.user, R.ADMIN, "this DDL of a tiered table")
+            except TierlakeError as exc:
+                return self._error_reply(msg, exc.message, exc.sqlstate, exc.error_code)
         return self._reply(msg, self._run_local(statement, session, bool(request.runAsync)))
 
     def _run_local(self, statement: str, session: SessionInfo,

@@ -248,6 +248,9 @@ class SysReads:
     def wants(self, statement: str) -> bool:
         return self.inner.wants(statement)
 
+    def runs_ddl(self, statement: str) -> bool:
+        return self.inner.runs_ddl(statement)
+
     def wants_for(self, statement: str, session: SessionInfo) -> bool:
         """The gateway's hook (after authorisation): True for CALLs and
         tiered DDL (the inner handler's) and for cacheable sys reads."""

@@ -79,6 +79,26 @@ def make_due(server, table: str) -> None:
         time.sleep(0.3)
 
 
+def assign(client, job, path, timeout=60):
+    """Heartbeat as ``job`` until ``path`` is assigned to it; another table it
+    is given meanwhile is handed back as failed (it is not this test's)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for kind, table_id, assigned_path, epoch, _ in client.call("heartbeat", job_id=job, request_table=True):
+            if kind == "assigned":
+                if assigned_path == path:
+                    return table_id, epoch
+                client.call(
+                    "heartbeat",
+                    job_id=job,
+                    failed_tables=[
+                        {"table_id": table_id, "tiering_epoch": epoch, "error_message": "not this test's table"}
+                    ],
+                )
+        time.sleep(0.3)
+    raise AssertionError(f"{path} was not assigned to {job}")
+
+
 def run(cursor, statement, params=None):
     """Execute; the rows of a statement that returns any (DDL answers a bare "Result")."""
     cursor.execute(statement, params)

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from tests.server.tiering.conftest import coordinator_state, lake_summary, wait_status
+from tests.server.tiering.conftest import assign, coordinator_state, lake_summary, wait_status
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import parse_table_path
 from tierlake.server.changelog import planner
@@ -23,15 +23,6 @@ def make_table(cursor, db, name):
                    "('table.datalake.enabled'='true', 'table.datalake.freshness'='1 h')")
     cursor.fetchall()
     cursor.execute(f"INSERT INTO {db}.{name} VALUES (1), (2), (3)")
-
-
-def assign(client, job, path):
-    for _ in range(20):
-        rows = client.call("heartbeat", job_id=job, request_table=True)
-        for kind, table_id, assigned_path, epoch, _ in rows:
-            if kind == "assigned" and assigned_path == path:
-                return table_id, epoch
-    raise AssertionError(f"{path} was not assigned to {job}")
 
 
 class Pause:

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from pyhive import exc
 
-from tests.server.tiering.conftest import coordinator_state, lake_summary, make_due, run, stream_position
+from tests.server.tiering.conftest import assign, coordinator_state, lake_summary, make_due, run, stream_position
 from tierlake.server.clients.procedure_client import LocalClient
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.tiering.worker import Worker, persistent_job_id
@@ -216,24 +216,6 @@ def test_a_server_without_leases_says_unsupported(hive_cursor, db, monkeypatch):
 # -- snapshot splits in tiering rounds ---------------------------------------------
 
 
-def assign(client, job, path, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for kind, table_id, assigned_path, epoch, _ in client.call("heartbeat", job_id=job, request_table=True):
-            if kind == "assigned":
-                if assigned_path == path:
-                    return table_id, epoch
-                client.call(
-                    "heartbeat",
-                    job_id=job,
-                    failed_tables=[
-                        {"table_id": table_id, "tiering_epoch": epoch, "error_message": "not this test's table"}
-                    ],
-                )
-        time.sleep(0.3)
-    raise AssertionError(f"{path} was not assigned to {job}")
-
-
 def tier_once(server, worker, path):
     table_id, epoch = assign(LocalClient(server), worker.job_id, path)
     worker.tier(table_id, path, epoch)
@@ -343,17 +325,25 @@ def test_a_rebuilt_lake_equals_the_stream_and_a_restarted_job_reuses_its_lease(
     restarted = Worker(spark, client, persistent_job_id(tmp_path, "worker-0"), server.config)
     assert restarted.job_id == job_id
     seen = []
-    restarted.hook = lambda name: (
-        name == "after-plan"
-        and seen.append(
-            {r["lease_id"] for r in spark.table("sys.kv_snapshot_leases").where("table_name = 'rebuilt'").collect()}
+    tier = restarted.tier
+
+    def tier_watched(table_id, tiered_path, epoch):
+        # The leases are looked at in this table's rounds only: the job may be handed other tables too.
+        restarted.hook = None if tiered_path != path else lambda name: (
+            name == "after-plan"
+            and seen.append(
+                {r["lease_id"] for r in spark.table("sys.kv_snapshot_leases").where(
+                    f"database_name = '{db}' AND table_name = 'rebuilt'").collect()}
+            )
         )
-    )
+        return tier(table_id, tiered_path, epoch)
+
+    restarted.tier = tier_watched
     restarted.start()
     try:
         # Its table times out of the crashed round and comes back to the same job.
         deadline = time.monotonic() + 120
-        while not (restarted.rounds and coordinator_state(server, path).status.value == "Scheduled"):
+        while not (seen and coordinator_state(server, path).status.value == "Scheduled"):
             assert time.monotonic() < deadline, coordinator_state(server, path)
             time.sleep(0.5)
     finally:

@@ -10,8 +10,7 @@ import re
 
 import pytest
 
-from tests.server.tiering.conftest import coordinator_state, lake_summary, make_due, run
-from tests.server.tiering.test_kv_snapshots import assign
+from tests.server.tiering.conftest import assign, coordinator_state, lake_summary, make_due, run
 from tierlake.server.clients.procedure_client import LocalClient
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.tiering.worker import Worker

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 
 import pytest
@@ -184,8 +185,14 @@ def test_a_round_that_reaches_its_maximum_duration_commits_what_it_has(server, w
         run(hive_cursor, f"INSERT INTO {db}.big VALUES ({batch})")
     make_due(server, f"{db}.big")
     wait_tiered(server, f"{db}.big")
-    rounds = run(hive_cursor, "SELECT outcome, rows FROM sys.tiering_rounds WHERE database_name = %(db)s "
-                              "ORDER BY ended_at", {"db": db})
+    # The history row of a round is appended just after the state commit that ends it.
+    deadline = time.monotonic() + 60
+    while True:
+        rounds = run(hive_cursor, "SELECT outcome, rows FROM sys.tiering_rounds WHERE database_name = %(db)s "
+                                  "ORDER BY ended_at", {"db": db})
+        if len(rounds) >= 3 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     # Each round stops after one lake commit and goes straight back to Pending.
     assert rounds == [("force_finished", 1), ("force_finished", 1), ("finished", 1)]
     assert sorted(r[0] for r in run(hive_cursor, f"SELECT id FROM {db}_lake.big")) == [0, 1, 2]
