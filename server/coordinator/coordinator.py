@@ -54,6 +54,27 @@ def policy_from_config(config: Config | None) -> Policy:
     )
 
 
+class _Ticket:
+    """One change waiting for a group commit, and what it came to."""
+
+    __slots__ = ("change", "done", "result", "error", "rounds")
+
+    def __init__(self, change: Callable[[dict[int, TableState], datetime], Any]):
+        self.change = change
+        self.done = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.rounds: list[sm.Round] = []
+
+    def settle(self, result: Any = None, error: BaseException | None = None, rounds: list | None = None) -> None:
+        self.result, self.error, self.rounds = result, error, rounds or []
+
+    def outcome(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
 class Coordinator:
     """All coordinator state changes of one server go through one instance."""
 
@@ -71,6 +92,8 @@ class Coordinator:
         self._job_counts: dict[str, list[int]] = {}
         self._ticker: threading.Thread | None = None
         self._stop = threading.Event()
+        self._queue_lock = threading.Lock()
+        self._queue: list[_Ticket] = []
         self.maintenance = MaintenanceSchedule(self)  # managed maintenance runs inside assignments
 
     # -- state I/O ------------------------------------------------------------
@@ -101,23 +124,61 @@ class Coordinator:
         """Run ``change(states, now)`` and commit what it changed, retrying on conflicts.
 
         ``change`` returns ``(result, changed: bool, rounds: list)``; the rounds
-        of the attempt that committed go to the history.
-        """
-        committed_rounds: list[sm.Round] = []
+        of the attempt that committed go to the history. What ``change`` raises
+        is raised here and nothing it did is committed.
 
+        Group commit: changes that arrive while another commit is in flight
+        wait for the lock together, and the first of them to get it applies
+        them all, in arrival order, in one commit of the state table (and one
+        append to the history). Each change still sees the states the earlier
+        ones left and gets its own result or exception.
+        """
+        ticket = _Ticket(change)
+        with self._queue_lock:
+            self._queue.append(ticket)
+        with self.lock:
+            if not ticket.done:
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                self._apply(batch)
+        return ticket.outcome()
+
+    def _apply(self, batch: list[_Ticket]) -> None:
         def on_rows(rows):
             states = self._states(rows)
-            result, changed, rounds = change(states, self.clock())
-            if changed:
+            now = self.clock()
+            changed_any = False
+            alone = len(batch) == 1
+            for ticket in batch:
+                before = None if alone else {k: s.copy() for k, s in states.items()}
+                try:
+                    result, changed, rounds = ticket.change(states, now)
+                except BaseException as e:  # noqa: BLE001 - handed to the caller that made the change
+                    ticket.settle(error=e)
+                    changed = False
+                else:
+                    ticket.settle(result=result, rounds=rounds if changed else [])
+                if not changed and before is not None:
+                    # An unchanged or failed change leaves nothing behind for the others' commit.
+                    states.clear()
+                    states.update(before)
+                changed_any = changed_any or changed
+            if changed_any:
                 rows[:] = self._rows(states)
-            committed_rounds[:] = rounds if changed else []
-            return result, changed
+            return None, changed_any
 
-        with self.lock:
-            result = self.state_table.update(on_rows)
-            if committed_rounds:
-                self._record_rounds(committed_rounds)
-            return result
+        try:
+            self.state_table.update(on_rows)
+        except BaseException as e:  # noqa: BLE001 - the commit failed: every change in it did
+            for ticket in batch:
+                ticket.settle(error=e)
+                ticket.done = True
+            return
+        rounds = [r for ticket in batch if ticket.error is None for r in ticket.rounds]
+        for ticket in batch:
+            ticket.done = True
+        if rounds:
+            self._record_rounds(rounds)
 
     def _record_rounds(self, rounds: list[sm.Round]) -> None:
         rows = [dict(vars(r), duration_ms=r.duration_ms) for r in rounds]

@@ -67,6 +67,23 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+TIERING_POOL = "tiering"
+_FAIR_POOLS = """<?xml version="1.0"?>
+<allocations>
+  <pool name="default"><schedulingMode>FAIR</schedulingMode><weight>1</weight><minShare>1</minShare></pool>
+  <pool name="tiering"><schedulingMode>FAIR</schedulingMode><weight>1</weight><minShare>1</minShare></pool>
+</allocations>
+"""
+
+
+def fair_scheduler_file(home: Path) -> Path:
+    """The FAIR scheduler's pools (``default`` for client statements, ``tiering`` for rounds)."""
+    path = home / "conf" / "fairscheduler.xml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(_FAIR_POOLS, encoding="utf-8")
+    return path
+
+
 def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
     """Every Spark setting of the server, user settings last (they win)."""
     home = config.home
@@ -98,6 +115,11 @@ def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
         "spark.sql.hive.thriftServer.singleSession": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.showConsoleProgress": "false",
+        # Rounds of several tables run at once in the pool `tiering`, client
+        # statements in `default`; FAIR shares the cores between the two
+        # pools and within each, so neither starves the other.
+        "spark.scheduler.mode": "FAIR",
+        "spark.scheduler.allocation.file": fair_scheduler_file(home).as_uri(),
     }
     java_opts = [
         f"-Dlog4j2.configurationFile={log4j2_config(config.logs_dir).as_uri()}",

@@ -135,6 +135,8 @@ SETTINGS: tuple[Setting, ...] = (
        "how often the server records stream commits not yet tiered (`sys.lake_tiering_lag`); `0` turns it off"),
     _s("tierlake.coordinator.interval", "5 s", "duration", "how often the server checks timeouts and due tables"),
     _s("tierlake.tiering.workers", "1", "int", "tiering worker threads in the server (`--workers`)", minimum=0),
+    _s("tierlake.tiering.tables-per-job", "4", "int",
+       "tables one tiering job (worker) holds and tiers at once, each round in its own thread", minimum=1),
     _s("tierlake.tiering.poll-interval", "1 s", "duration", "how often an idle worker asks for a table"),
     _s("tierlake.tiering.chunk-rows", "5000000", "int",
        "rows per lake commit within a round (table property `table.datalake.tiering.chunk-rows`)", minimum=1),

@@ -10,6 +10,7 @@ import logging
 import threading
 import traceback
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from tierlake.server.coordinator.registration import registered_record
 from tierlake.server.exceptions import FencedEpochError, TierlakeError
 from tierlake.server.runtime import faults
 from tierlake.server.runtime.config import Config
-from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.runtime.session import TIERING_POOL, iceberg_table
 from tierlake.server.tiering import snapshot_split, table_maintenance
 from tierlake.server.tiering.round import run_round
 
@@ -68,7 +69,10 @@ class _Renewer(threading.Thread):
 
 
 class Worker(threading.Thread):
-    """One tiering worker thread."""
+    """One tiering job: asks the coordinator for tables while it holds fewer
+    than ``tierlake.tiering.tables-per-job`` and tiers each in its own thread
+    (Spark runs their statements side by side in the FAIR pool ``tiering``).
+    Every table keeps its own epoch, renewal and fencing."""
 
     def __init__(self, spark: Any, client: Any, job_id: str, config: Any = None):
         super().__init__(name=f"tiering-{job_id[:24]}", daemon=True)
@@ -76,8 +80,12 @@ class Worker(threading.Thread):
         settings = config if config is not None else Config.defaults()
         self.renew_interval = max(0.5, settings.seconds("tierlake.tiering.heartbeat-timeout") / 4)
         self.poll_interval = settings.seconds("tierlake.tiering.poll-interval")
+        self.tables_per_job = settings.int("tierlake.tiering.tables-per-job")
         self.stop_event = threading.Event()
         self.rounds = 0
+        self.most_at_once = 0  # the most rounds this job ran at the same time
+        self._running = 0
+        self._count_lock = threading.Lock()
         self.hook = None  # tests: called with the name of each round step
         self.leases = snapshot_split.JobLeases(client, job_id)
 
@@ -85,21 +93,44 @@ class Worker(threading.Thread):
         self.stop_event.set()
 
     def run(self) -> None:
-        log.info("tiering worker %s started", self.job_id)
+        log.info("tiering worker %s started (up to %d tables at once)", self.job_id, self.tables_per_job)
         self.leases.drop_stale()
-        while not self.stop_event.is_set():
-            try:
-                rows = self.client.call("heartbeat", job_id=self.job_id, request_table=True)
-            except Exception:
-                log.warning("heartbeat failed", exc_info=True)
-                self.stop_event.wait(self.poll_interval)
-                continue
-            assigned = [r for r in rows if r[0] == "assigned"]
-            if not assigned:
-                self.stop_event.wait(self.poll_interval)
-                continue
-            for _kind, table_id, path, epoch, _ in assigned:
-                self.tier(table_id, path, epoch)
+        slots = threading.BoundedSemaphore(self.tables_per_job)
+        with ThreadPoolExecutor(self.tables_per_job, thread_name_prefix=f"round-{self.job_id[:16]}") as pool:
+            while not self.stop_event.is_set():
+                if not slots.acquire(timeout=self.poll_interval):
+                    continue  # every slot busy
+                try:
+                    rows = self.client.call("heartbeat", job_id=self.job_id, request_table=True)
+                except Exception:
+                    slots.release()
+                    log.warning("heartbeat failed", exc_info=True)
+                    self.stop_event.wait(self.poll_interval)
+                    continue
+                assigned = [r for r in rows if r[0] == "assigned"]
+                if not assigned:
+                    slots.release()
+                    self.stop_event.wait(self.poll_interval)
+                    continue
+                for n, (_kind, table_id, path, epoch, _) in enumerate(assigned):
+                    if n:
+                        slots.acquire()  # a coordinator that assigns several tables per heartbeat
+                    pool.submit(self._round_in_slot, slots, table_id, path, epoch)
+            # Leaving the with block waits for the rounds in progress.
+
+    def _round_in_slot(self, slots: threading.BoundedSemaphore, table_id: int, path: str, epoch: int) -> None:
+        with self._count_lock:
+            self._running += 1
+            self.most_at_once = max(self.most_at_once, self._running)
+        try:
+            self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", TIERING_POOL)
+            self.tier(table_id, path, epoch)
+        except Exception:  # tier() reports its own failures: this is a last resort
+            log.exception("round of %s ended abnormally", path)
+        finally:
+            with self._count_lock:
+                self._running -= 1
+            slots.release()
 
     def tier(self, table_id: int, path: str, epoch: int) -> None:
         """One round for one table; always ends in finished, failed or fenced."""
@@ -132,7 +163,8 @@ class Worker(threading.Thread):
                 entry, force_finished=result.force_finished, rows=result.rows, bytes=result.bytes,
                 files=result.files, tiered_position=result.end_position)])
             self.leases.release(path)
-            self.rounds += 1
+            with self._count_lock:
+                self.rounds += 1
             log.info("tiered %s: positions %d..%d, %d rows in %d commit(s)%s", path, plan.lake_position,
                      result.end_position, result.rows, result.commits,
                      " (force-finished)" if result.force_finished else "")
