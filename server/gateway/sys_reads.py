@@ -33,8 +33,10 @@ same text, as long as that state has not changed since:
   coordinator through ``CALL sys.*``, which runs here) and whenever a
   statement that is not a query and whose text mentions ``sys`` is relayed
   (an admin's hand-made change; Iceberg's ``CALL spark_catalog.system.…``
-  naming a sys table in a string). An entry is served only at the version it was computed
-  at, so a status read never misses a committed coordinator change. Writers
+  naming a sys table in a string); as the gateway does not see when Spark
+  finishes such a statement, nothing is cached for ``max-age`` after it. An
+  entry is served only at the version it was computed at, so a status read
+  never misses a committed coordinator change. Writers
   this process cannot see (another Spark application writing ``sys``
   tables directly) are bounded by ``tierlake.gateway.status-cache.max-age``.
 """
@@ -243,6 +245,7 @@ class SysReads:
         self.settings_sessions: set[bytes] = set()
         self.hits = 0
         self.misses = 0
+        self._uncached_until = 0.0
 
     # -- the handler interface ------------------------------------------------
     def wants(self, statement: str) -> bool:
@@ -268,8 +271,10 @@ class SysReads:
         if verdict.kind == "other":
             # Not a query and its text mentions sys (an admin's change, or Iceberg's CALL
             # spark_catalog.system.rollback_to_snapshot('sys.…', …) naming a table in a string):
-            # whatever it changes, cached answers are not reused after it.
+            # whatever it changes, cached answers are not reused after it. The gateway does not see
+            # when Spark finishes it, so answers computed meanwhile are not kept for max-age either.
             state_version.bump()
+            self._uncached_until = time.monotonic() + self.max_age_s
         return (verdict.kind == "sys-read" and not changes_results(session.settings)
                 and session.session_guid not in self.settings_sessions)
 
@@ -356,6 +361,9 @@ class SysReads:
     def read(self, statement: str) -> CachedResult:
         """The result of ``statement``: from the cache when the sys state is
         unchanged since it was computed, else from Spark (one query per text)."""
+        if time.monotonic() < self._uncached_until:
+            self.misses += 1
+            return self._run(statement)  # a relayed write of sys may still be running
         result = self._fresh(statement, state_version.current())
         if result is not None:
             self.hits += 1

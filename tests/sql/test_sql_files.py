@@ -85,3 +85,19 @@ def test_views_use_no_python_udfs():
             tree = sqlglot.parse_one(statement, read="spark")
             anonymous = [f.name for f in tree.find_all(exp.Anonymous)]
             assert not anonymous, f"{path.name} calls unknown functions {anonymous}"
+
+
+def test_lag_view_knows_the_duration_units_the_server_parses():
+    """``sys.lake_tiering_lag`` converts freshness in SQL (the view must stay
+    free of Python UDFs); its unit table must agree with ``parse_duration``."""
+    from tierlake.server.runtime import durations
+
+    view = sqlglot.parse_one(sql.read("views/lake_tiering_lag.sql"), read="spark")
+    in_view: dict[str, float] = {}
+    for case in view.find_all(exp.Case):
+        for branch in case.args["ifs"]:
+            units = branch.this
+            if isinstance(units, exp.In) and units.this.name == "unit":
+                for unit in units.expressions:
+                    in_view[unit.name] = float(branch.args["true"].name)
+    assert in_view == {unit: float(factor) for unit, factor in durations._UNITS.items()}

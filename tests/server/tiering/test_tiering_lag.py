@@ -42,17 +42,21 @@ def test_lag_of_caught_up_lagging_and_failing_tables(server, workers, hive_curso
     wait_tiered(server, f"{db}.slow")
     run(cur, f"ALTER TABLE {db}.slow SET TBLPROPERTIES ('table.datalake.freshness'='1 h')")
     wait_status(server, f"{db}.slow", "Scheduled")  # a round in flight has ended; the next is an hour away
+    before_slow = time.monotonic()
     run(cur, f"INSERT INTO {db}.slow VALUES (2, 'b'), (3, 'c')")
     run(cur, f"INSERT INTO {db}.slow VALUES (4, 'd')")
+    after_slow = time.monotonic()  # both slow commits are older than this
     run(cur, f"INSERT INTO {db}.bad (id, v, _change_type) VALUES (1, 'x', '+X')")  # an unknown change type
     failed = wait_status(server, f"{db}.bad", "Failed", timeout=120)
     assert "+X" in failed.last_error
 
+    time.sleep(max(0.0, after_slow + 3 - time.monotonic()))  # the slow table's oldest change is >= 3 s old
     rows = lag(server, cur, db)
+    waited = time.monotonic() - before_slow  # ... and at most this old
     assert rows["ok"] == ("1 s", 1, 0, False, 0, 0)
     freshness, seconds, slow_lag, overdue, pending_rows, pending_bytes = rows["slow"]
     assert (freshness, seconds, overdue, pending_rows) == ("1 h", 3600, False, 3)
-    assert 0 <= slow_lag < 3600 and pending_bytes > 0
+    assert 2 <= slow_lag <= waited + 1 and pending_bytes > 0
     assert rows["bad"][:2] == ("2 s", 2) and rows["bad"][4] == 1
 
     # The failing table is never tiered: its lag grows past its freshness.
