@@ -21,6 +21,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from tierlake.server.coordinator import state_machine as sm
+from tierlake.server.coordinator.history import HistoryWriter
 from tierlake.server.coordinator.maintenance_schedule import MaintenanceSchedule
 from tierlake.server.coordinator.state_machine import Policy, Status, TableState
 from tierlake.server.runtime import periodic
@@ -87,6 +88,7 @@ class Coordinator:
         self.liveness: dict[int, datetime] = {}
         self.state_table = SmallTable(spark, STATE_TABLE)
         self.rounds_table = SmallTable(spark, ROUNDS_TABLE)
+        self.history = HistoryWriter(self.rounds_table)  # written behind the state (coordinator/history.py)
         self.jobs_table = SmallTable(spark, JOBS_TABLE)
         self._jobs_persisted: dict[str, datetime] = {}
         self._job_counts: dict[str, list[int]] = {}
@@ -181,11 +183,7 @@ class Coordinator:
             self._record_rounds(rounds)
 
     def _record_rounds(self, rounds: list[sm.Round]) -> None:
-        rows = [dict(vars(r), duration_ms=r.duration_ms) for r in rounds]
-        try:
-            self.rounds_table.append(rows)
-        except Exception:
-            log.exception("could not record %d tiering round(s)", len(rows))
+        self.history.add([dict(vars(r), duration_ms=r.duration_ms) for r in rounds])
 
     # -- heartbeats -------------------------------------------------------------
     def _persist_liveness(self, states: dict[int, TableState], changed: set[int]) -> None:
@@ -275,3 +273,4 @@ class Coordinator:
         self._stop.set()
         if self._ticker is not None:
             self._ticker.join(timeout=30)
+        self.history.stop()

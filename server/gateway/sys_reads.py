@@ -260,6 +260,8 @@ class SysReads:
         if self.inner.wants(statement):
             return True  # CALLs and tiered DDL: their sys commits bump the version themselves
         lowered = statement.lower()
+        if "sys" in lowered:
+            state_version.settle()  # the round history is written behind the state: read your writes
         if not self.enabled or "sys" not in lowered:
             # Cannot read or name sys: only a SET/RESET matters (Spark's parse decides; "set" is a cheap superset).
             if self.enabled and "set" in lowered:

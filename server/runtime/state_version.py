@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import itertools
 import threading
+import weakref
+from collections.abc import Callable
 
 _lock = threading.Lock()
 _counter = itertools.count(1)
@@ -24,3 +26,25 @@ def bump() -> int:
     with _lock:
         _version = next(_counter)
         return _version
+
+
+_settlers: list[weakref.WeakMethod] = []
+
+
+def on_settle(flush: Callable[[], object]) -> None:
+    """Register the bound method ``flush()`` of a writer of sys rows that this
+    process has accepted but not yet committed (the round history is written
+    behind the state); readers that want read-your-writes call :func:`settle`.
+    Held weakly: a writer that is gone is forgotten."""
+    with _lock:
+        _settlers[:] = [s for s in _settlers if s() is not None]
+        _settlers.append(weakref.WeakMethod(flush))
+
+
+def settle() -> None:
+    """Wait for the writes registered with :func:`on_settle` (at once when none is pending)."""
+    with _lock:
+        flushes = [s() for s in _settlers]
+    for flush in flushes:
+        if flush is not None:
+            flush()

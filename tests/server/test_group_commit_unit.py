@@ -48,7 +48,7 @@ def coordinator(tables: int) -> Coordinator:
         sm.register(s, Status.NEW, T0 - timedelta(hours=1))
         states[i] = s
     c.state_table = SlowTable(Coordinator._rows(states))
-    c.rounds_table = c.state_table
+    c.rounds_table = c.history.table = c.state_table
     c.jobs_table = SlowTable([])
     c.tick()  # every table due: Pending
     c.state_table.commits = 0
@@ -125,6 +125,7 @@ def test_a_change_that_raises_fails_alone_and_the_others_commit():
         else:
             assert after[table_id][:2] == ("Scheduled", None)
     # One history row per finished round, none for the failed change.
+    assert c.history.flush()
     assert sorted(r["table_id"] for r in c.state_table.appended) == sorted(held[i][0] for i in (0, 1, 3))
     assert c.state_table.commits - commits < 3
 
@@ -139,3 +140,33 @@ def test_a_failed_commit_fails_every_change_in_it():
     c.state_table.update = broken
     with pytest.raises(OSError, match="disk full"):
         c.heartbeat("job-0", [], [], [], True)
+
+
+def test_the_round_history_is_written_behind_the_state_and_a_failed_append_is_retried():
+    c = coordinator(3)
+    held = {}
+    for i in range(3):
+        answers = c.heartbeat(f"job-{i}", [], [], [], True)
+        held[i] = (answers[0].table_id, answers[0].tiering_epoch)
+    c.history.flush()
+    c.state_table.appended.clear()
+    release, calls = threading.Event(), []
+    real_append = c.state_table.append
+
+    def blocked_then_flaky(rows):
+        calls.append(len(rows))
+        assert release.wait(30)
+        if len(calls) == 1:
+            raise RuntimeError("history table unavailable")
+        real_append(rows)
+
+    c.state_table.append = blocked_then_flaky
+    for i, (table_id, epoch) in held.items():
+        entry = sm.FinishedEntry(table_id=table_id, tiering_epoch=epoch, rows=1, tiered_position=5)
+        assert [a.kind for a in c.heartbeat(f"job-{i}", [], [entry], [], False)] == ["finished"]
+    # Every heartbeat was answered while the history append was still held up.
+    assert not release.is_set() and calls and not c.history.flush(timeout=0.2)
+    release.set()
+    assert c.history.flush(timeout=30)
+    assert sorted(r["table_id"] for r in c.state_table.appended) == sorted(t for t, _ in held.values())
+    assert len(calls) >= 2  # the failed append was retried with the same rows
