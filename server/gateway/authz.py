@@ -153,6 +153,7 @@ class Authorizer:
             return Requirement(planauth.NOBODY, "any statement before Spark started")
         jsession = self.sessions.session(getattr(session, "session_guid", None), getattr(session, "secret", None))
         plan = planauth.parse_plan(jsession, statement)
+        planauth.remember(statement, plan)
         database = self.sessions.current_database(jsession)
         if session is not None:
             session.database = database

@@ -61,18 +61,92 @@ def _tokenize(sql: str):
     return [tokens[0], *rest]
 
 
+# How far is_sys_call looks for CALL: a leading comment longer than this is
+# not how a procedure call is written, and the answer must cost little for
+# any text the authoriser and the handler ask about.
+CALL_PREFIX_LIMIT = 64 * 1024
+
+
+_BLANK = " \t\n\r\f\v"
+
+
+def _line_end(sql: str, i: int, end: int) -> int:
+    """Where a ``--`` comment whose text starts at ``i`` ends (past its line end)."""
+    while True:
+        newline = sql.find("\n", i, end)
+        stop = end if newline < 0 else newline
+        carriage = sql.find("\r", i, stop)
+        if carriage >= 0:
+            return carriage + 1
+        if newline < 0:
+            return end
+        if sql[newline - 1] != "\\":
+            return newline + 1
+        i = newline + 1  # `\` + newline: the comment goes on
+
+
+def _comment_end(sql: str, i: int, end: int) -> int:
+    """Where a ``/*`` comment whose text starts at ``i`` ends, -1 if unclosed.
+    Each character is looked at a bounded number of times."""
+    depth, close = 1, -1
+    while depth:
+        if close < i:
+            close = sql.find("*/", i, end)
+            if close < 0:
+                return -1
+        opening = sql.find("/*", i, close + 1)
+        if opening < 0:
+            depth, i = depth - 1, close + 2
+        elif sql.startswith("/*+", opening):
+            i = opening + 2
+        else:
+            depth, i = depth + 1, opening + 2
+    return i
+
+
+def _skip_blank(sql: str, i: int, end: int) -> int:
+    """The position of the first character at or after ``i`` that is not
+    whitespace or a comment (``end`` if none before it, -1 in an unclosed
+    comment). Spark's lexer rules: ``--`` runs to the end of the line (a
+    ``\\`` before the newline continues it); ``/* */`` nests, except at
+    ``/*+`` (a hint opener inside a comment is text)."""
+    while 0 <= i < end:
+        if sql[i] in _BLANK:
+            i += 1
+        elif sql.startswith("--", i):
+            i = _line_end(sql, i + 2, end)
+        elif sql.startswith("/*", i):
+            i = _comment_end(sql, i + 2, end)
+        else:
+            return i
+    return i if i < 0 else end
+
+
+def _word_at(sql: str, i: int, word: str) -> int:
+    """The position after ``word`` (any case, or back-quoted) at ``i``, or -1."""
+    for text in (word, f"`{word}`"):
+        stop = i + len(text)
+        if sql[i:stop].lower() == text and not (stop < len(sql) and (sql[stop].isalnum() or sql[stop] == "_")):
+            return stop
+    return -1
+
+
 def is_sys_call(sql: str) -> bool:
-    """True for statements of the form ``CALL sys.…`` (even malformed ones)."""
-    try:
-        tokens = _tokenize(sql)
-    except SqlSyntaxError:
-        stripped = sql.lstrip().lower()
-        return stripped.startswith("call ") and stripped[5:].lstrip().startswith(("sys.", "`sys`."))
-    return (
-        len(tokens) >= 2
-        and tokens[0].text.upper() == "CALL"
-        and tokens[1].text.lower() == NAMESPACE
-    )
+    """True for statements of the form ``CALL sys.…`` (even malformed ones:
+    the gateway answers them with the error).
+
+    Spark 3.5 cannot parse ``CALL sys.…`` (Iceberg's parser takes CALLs of
+    its own procedures only), and such a statement never reaches Spark: the
+    gateway runs the procedure, with the procedure's role, its arguments
+    evaluated as literals. So this is decided on the leading text alone,
+    with no tokenizer: at most :data:`CALL_PREFIX_LIMIT` characters of
+    whitespace and comments are looked at, whatever the statement's size."""
+    end = min(len(sql), CALL_PREFIX_LIMIT)
+    i = _skip_blank(sql, 0, end)
+    if i < 0 or i >= end or (i := _word_at(sql, i, "call")) < 0 or sql[i - 1] == "`":
+        return False
+    i = _skip_blank(sql, i, end)
+    return 0 <= i < end and _word_at(sql, i, NAMESPACE) >= 0
 
 
 def parse_call(sql: str) -> CallStatement:

@@ -35,6 +35,15 @@ def _quick_check(statement: str) -> bool:
     return "create" in lowered and ENABLED in lowered
 
 
+def may_be_tiering_ddl(statement: str) -> bool:
+    """A cheap superset (substring tests) of the statements
+    :func:`parse_tiered_create` or :func:`parse_tiering_alter` take, for
+    callers that have no parse of the statement yet."""
+    lowered = statement.lower()
+    return ("create" in lowered and ENABLED in lowered) or (
+        "alter" in lowered and any(m in lowered for m in _ALTER_MARKERS))
+
+
 def parse_tiered_create(statement: str, current_database: str = "default") -> TieredCreate | None:
     """The statement, if it creates a tiered table; None for anything else."""
     if not _quick_check(statement):

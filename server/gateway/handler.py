@@ -7,9 +7,16 @@ import time
 from collections.abc import Callable
 
 from tierlake.server.exceptions import SparkSqlError, SqlSyntaxError, TableExistsError, TierlakeError
+from tierlake.server.gateway import planauth
 from tierlake.server.gateway.callparse import is_sys_call, parse_call
-from tierlake.server.gateway.ddl import parse_tiered_create, parse_tiering_alter
-from tierlake.server.gateway.fresh_ddl import has_fresh_view, run_table_change, spark_root, spark_table_change
+from tierlake.server.gateway.ddl import may_be_tiering_ddl, parse_tiered_create, parse_tiering_alter
+from tierlake.server.gateway.fresh_ddl import (
+    has_fresh_view,
+    may_change_table,
+    run_table_change,
+    spark_root,
+    spark_table_change,
+)
 from tierlake.server.gateway.protocol import LocalResult, SessionInfo
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.sqlapi.registry import Registry
@@ -51,6 +58,8 @@ def spark_error(e: Exception) -> TierlakeError:
 # Spark's plan classes for the statements runs_ddl takes.
 CREATE_ROOTS = frozenset({"CreateTable", "CreateTableAsSelect", "ReplaceTable", "ReplaceTableAsSelect"})
 ALTER_ROOTS = frozenset({"SetTableProperties"})
+TABLE_CHANGE_ROOTS = frozenset({"DropTable", "RenameTable"})
+DDL_ROOTS = CREATE_ROOTS | ALTER_ROOTS | TABLE_CHANGE_ROOTS
 
 
 def parse_tiered_create_safe(statement: str):
@@ -74,19 +83,38 @@ class CallHandler:
     def runs_ddl(self, statement: str) -> bool:
         """A tiered CREATE, a tiering ALTER, or a DROP/RENAME of a table with
         a fresh view: DDL the gateway runs itself (admin only, whatever the
-        statement's parse, see server.py).
+        statement's parse, see server.py)."""
+        return self._ddl(statement) is not None
 
-        sqlglot only finds candidates and reads the column list and
-        properties; what the statement is comes from Spark's own parse in the
-        session that runs it, so a text two parsers read differently (comment
-        tricks) is relayed to Spark, which runs what was authorised."""
+    def _ddl(self, statement: str):
+        """What the gateway runs itself for ``statement``: ``"create"``,
+        ``"alter"``, a :class:`TableChange`, or None (relayed to Spark).
+
+        Decided on Spark's parse, never on a second parser's: the
+        authoriser's parse in the client's session (planauth.recall) must
+        have one of the DDL roots, and so must the parse in the session that
+        runs the DDL. Only then does sqlglot read a tiered CREATE's columns
+        and properties or an ALTER's properties; a query, however large and
+        whatever words it holds, is neither parsed again nor read by sqlglot.
+        A text two parsers read differently (comment tricks) is relayed to
+        Spark, which runs what was authorised."""
         if is_sys_call(statement):
-            return False
-        if parse_tiered_create_safe(statement) is not None:
-            return self._spark_root(statement) in CREATE_ROOTS
-        if parse_tiering_alter(statement) is not None:
-            return self._spark_root(statement) in ALTER_ROOTS
-        return self._fresh_view_change(statement) is not None
+            return None
+        authorised = planauth.recall(statement)
+        if authorised is not None:
+            if authorised.root.name not in DDL_ROOTS:
+                return None
+        elif not (may_be_tiering_ddl(statement) or may_change_table(statement)):
+            # No parse yet (development mode, or another thread): substring tests spare the rest a parse.
+            return None
+        root = self._spark_root(statement)
+        if root in CREATE_ROOTS:
+            return "create" if parse_tiered_create_safe(statement) is not None else None
+        if root in ALTER_ROOTS:
+            return "alter" if parse_tiering_alter(statement) is not None else None
+        if root in TABLE_CHANGE_ROOTS:
+            return self._fresh_view_change(statement)
+        return None
 
     def _jsession(self):
         return self.context_factory(None).spark._jsparkSession
@@ -105,15 +133,15 @@ class CallHandler:
         if is_sys_call(statement):
             return self.call(statement, user=session.user)
         try:
-            if parse_tiered_create_safe(statement) is not None and self._spark_root(statement) in CREATE_ROOTS:
+            ddl = self._ddl(statement)
+            if ddl == "create":
                 return self.create_tiered(statement, user=session.user)
-            if parse_tiering_alter(statement) is not None and self._spark_root(statement) in ALTER_ROOTS:
+            if ddl == "alter":
                 return self.alter_tiering(statement, user=session.user)
-            change = self._fresh_view_change(statement)
-            if change is None:
+            if ddl is None:
                 raise SqlSyntaxError("not a statement the gateway runs itself")
             ctx = self.context_factory(session.user)
-            run_table_change(ctx.spark, ctx.config, change, statement)
+            run_table_change(ctx.spark, ctx.config, ddl, statement)
             return LocalResult(columns=[("Result", "string")], rows=[])
         except TierlakeError:
             raise

@@ -17,9 +17,6 @@ import re
 from tierlake.server.exceptions import PermissionDeniedError
 from tierlake.server.gateway import planauth
 
-# Methods newer than PyHive's stubs that carry no statement or setting:
-# relayed without decoding.
-RAW_METHODS = frozenset({"GetQueryId", "SetClientInfo"})
 # Hive JDBC sends this in every OpenSession.
 CLIENT_SETTINGS = frozenset({"hive.server2.thrift.resultset.default.fetch.size"})
 # No backtracking: one optional quote, word characters, the same quote.

@@ -26,6 +26,7 @@ from TCLIService import TCLIService, ttypes
 from thrift.Thrift import TApplicationException, TMessageType
 
 from tierlake.server.exceptions import TierlakeError
+from tierlake.server.gateway import rawmethods
 from tierlake.server.gateway.protocol import (
     DEFAULT_MAX_MESSAGE,
     DEFAULT_MAX_REQUEST,
@@ -42,7 +43,7 @@ from tierlake.server.gateway.protocol import (
     ok_status,
     strict_decode,
 )
-from tierlake.server.gateway.requestcheck import RAW_METHODS, check_configuration, check_overlay
+from tierlake.server.gateway.requestcheck import check_configuration, check_overlay
 from tierlake.server.gateway.results import build_row_set, empty_log_row_set, parse_columns, table_schema
 from tierlake.server.gateway.sasl import Authenticator, NotSaslClient, SaslError, SaslServerTransport
 from tierlake.server.gateway.security import TlsError, refuse_nosasl, start_tls
@@ -125,6 +126,8 @@ class _Connection:
             "CloseOperation": self._close_operation,
             "CancelOperation": self._cancel_operation,
             "GetLog": self._get_log,
+            # Spark only logs what a SetClientInfo carries (rawmethods.py): no client text for its log.
+            "SetClientInfo": lambda msg: rawmethods.set_client_info_reply(msg.seqid) if self._checked else None,
         }
 
     # -- lifecycle --------------------------------------------------------
@@ -236,18 +239,18 @@ class _Connection:
             self._close_after_reply = True
             return self._application_error(msg, TApplicationException.INVALID_MESSAGE_TYPE,
                                            "only Thrift CALL messages are accepted")
-        args_cls = getattr(TCLIService, f"{msg.name}_args", None)
+        args_cls = getattr(TCLIService, f"{msg.name}_args", None) or rawmethods.ARGS.get(msg.name)
         if args_cls is None:
-            if msg.name in RAW_METHODS:
-                return None
             return self._application_error(msg, TApplicationException.UNKNOWN_METHOD,
                                            f"unknown or unsupported method {msg.name}")
         try:
             strict_decode(msg, args_cls)
         except Exception as exc:  # noqa: BLE001 - any failure means: not checkable
             log.warning("refused an undecodable %s from %s: %s", msg.name, self.address, _describe(exc))
-            return self._error_reply(msg, f"request refused: the gateway cannot decode this {msg.name} "
-                                          f"request ({_describe(exc)})", "08P01")
+            refusal = f"request refused: the gateway cannot decode this {msg.name} request ({_describe(exc)})"
+            if msg.name in rawmethods.ARGS:  # the stubs have no response struct to carry a SQL error
+                return self._application_error(msg, TApplicationException.PROTOCOL_ERROR, refusal)
+            return self._error_reply(msg, refusal, "08P01")
         return None
 
     def _application_error(self, msg: RawMessage, kind: int, message: str) -> bytes:

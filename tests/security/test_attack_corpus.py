@@ -34,26 +34,37 @@ def target(spark, tmp_path_factory):
     spark.sql(f"DROP DATABASE {db} CASCADE")
 
 
-def sys_counts(spark):
-    return {t: spark.sql(f"SELECT count(*) FROM sys.{t}").collect()[0][0]
-            for t in ("tiering_tables", "tiering_round_log", "procedure_roles")}
-
-
 def test_the_corpus_is_refused_for_readers_and_writers(auth_gateway, spark, target):
     tmp, db, secret = target
     entries = corpus.load(tmp=str(tmp), db=db, secret=str(secret))
     assert len(entries) >= 80
-    before = sys_counts(spark)
+    assert len(corpus.settings_of(entries)) >= 10  # every key the corpus tries to SET is re-read
+    effects = corpus.Effects(spark, tmp, db, entries)
     failures = []
     for user in ("rita", "will"):  # reader, writer
-        failures += corpus.run(auth_gateway.port, user, PASSWORD[user], entries)
+        failures += corpus.run(auth_gateway.port, user, PASSWORD[user], entries, effects)
     assert failures == []
     assert sorted(p.name for p in tmp.iterdir()) == ["secret.txt"]  # no script ran, no directory written
-    assert spark.sql(f"SELECT id FROM {db}.canary").collect()[0][0] == "alive"
-    assert sys_counts(spark) == before
+    assert [tuple(r) for r in spark.sql(f"SELECT id FROM {db}.canary").collect()] == [("alive",)]
     jvm = spark.sparkContext._jvm
     assert jvm.java.lang.System.getProperty("tierlake.attack") is None
     assert spark.conf.get("spark.sql.variable.substitute") == "false"
+
+
+def test_an_effect_left_behind_is_reported(spark, target):
+    # The checks above can fail: a canary with a second row, a file that exists.
+    tmp, db, secret = target
+    entries = [e for e in corpus.load(tmp=str(tmp), db=db, secret=str(secret))
+               if e["effect"].get("table") == "canary" or e["effect"].get("file") == "t0"][:2]
+    effects = corpus.Effects(spark, tmp, db, entries)
+    assert all(effects.left_by(e) == [] for e in entries)
+    spark.sql(f"INSERT INTO {db}.canary VALUES ('x')")
+    (tmp / "t0").write_text("")
+    try:
+        assert all(effects.left_by(e) for e in entries)
+    finally:
+        (tmp / "t0").unlink()
+        spark.sql(f"DELETE FROM {db}.canary WHERE id = 'x'")
 
 
 def error_of(cursor, statement):

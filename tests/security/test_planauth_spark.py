@@ -1,7 +1,9 @@
 """The role each statement needs, decided on Spark's own parse (the
 session's parser over py4j), and a property: hiding an admin-only
-statement's meaning behind comments, hints, ``${}`` or whitespace at any
-token boundary never makes it a reader's."""
+statement's meaning behind comments, hints, ``${}``, ``-- \\`` line
+continuations, ``;`` or whitespace at any token boundary, in any case, never
+makes it a reader's: neither for the rules nor through the gateway's own
+``Authorizer.check`` of a reader with a password file."""
 
 from __future__ import annotations
 
@@ -12,9 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tierlake.procedures import load_builtins
-from tierlake.server.exceptions import SqlSyntaxError
+from tierlake.server.exceptions import PermissionDeniedError, SqlSyntaxError
 from tierlake.server.gateway import planauth
 from tierlake.server.gateway.authz import Authorizer, SparkSessions
+from tierlake.server.gateway.passwords import PasswordFile
 from tierlake.server.sqlapi import roles as R
 
 pytestmark = pytest.mark.integration
@@ -102,21 +105,52 @@ ADMIN_ONLY = [
 # Quoted strings and identifiers stay whole; everything else splits at word/punctuation boundaries.
 _TOKENS = re.compile(r"'[^']*'|`[^`]*`|\w+|\S")
 JUNK = [" ", "\n", "\t", "  \r\n ", "/* c */", "/**/", "/*+ hint */", "/* /*+ */ */", "/* -- */", "-- c\n",
-        "${x}", "${env:HOME}", "/* ${spark.sql.p} */", "-- ${x}\n"]
+        "${x}", "${env:HOME}", "/* ${spark.sql.p} */", "-- ${x}\n",
+        "-- \\\n",  # Spark's lexer continues a `--` comment past a newline after a backslash
+        ";", ";\n"]
+CASES = [str, str.upper, str.lower, str.swapcase, str.capitalize]
+
+
+def hide(statement: str, data) -> str:
+    """``statement`` with junk drawn at every token boundary and each token's case changed at random."""
+    out = []
+    for token in _TOKENS.findall(statement):
+        out.append(data.draw(st.lists(st.sampled_from(JUNK), max_size=2).map("".join)))
+        out.append(data.draw(st.sampled_from(CASES))(token))
+    out.append(data.draw(st.lists(st.sampled_from(JUNK), max_size=2).map("".join)))
+    return "".join(out)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.sampled_from(ADMIN_ONLY), st.data())
 def test_hiding_never_makes_an_admin_statement_a_readers(authorizer, statement, data):
-    tokens = _TOKENS.findall(statement)
-    out = []
-    for token in tokens:
-        out.append(data.draw(st.lists(st.sampled_from(JUNK), max_size=2).map("".join)))
-        out.append(token)
-    out.append(data.draw(st.lists(st.sampled_from(JUNK), max_size=2).map("".join)))
-    text = "".join(out)
+    text = hide(statement, data)
     try:
         role = need(authorizer, text).role
     except SqlSyntaxError:
         return  # refused: it does not parse
     assert role in (R.ADMIN, planauth.NOBODY), text
+
+
+@pytest.fixture(scope="module")
+def checking(spark, password_file):
+    """The gateway's own authoriser, with a password file: what every ExecuteStatement goes through."""
+    return Authorizer(PasswordFile(password_file), load_builtins()).attach(SparkSessions(spark))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(ADMIN_ONLY), st.data())
+def test_hiding_never_lets_a_reader_run_an_admin_statement(checking, statement, data):
+    text = hide(statement, data)
+    try:
+        checking.check("rita", text)  # a reader
+    except (PermissionDeniedError, SqlSyntaxError):
+        return
+    raise AssertionError(f"a reader may run {text!r}")
+
+
+def test_the_checking_authoriser_lets_a_reader_read(checking):
+    # The property above is not vacuous: the same authoriser allows a reader's query.
+    checking.check("rita", "SELECT * FROM sys.lake_tiering_status")
+    with pytest.raises(PermissionDeniedError):
+        checking.check("rita", "DROP TABLE sys.procedure_roles")

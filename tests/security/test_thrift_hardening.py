@@ -1,7 +1,10 @@
 """What the gateway cannot check, it refuses: Thrift messages that are not
-CALLs, requests the stubs cannot decode, hostile OpenSession
-configurations, oversized statements; and nobody reaches the internal Spark
-Thrift Server without the gateway's secret. The gateway goes on serving."""
+CALLs, methods it does not know, requests it cannot decode (the stubs', and
+the hand-written structs of GetQueryId and SetClientInfo), hostile
+OpenSession configurations, oversized statements; SetClientInfo, which
+Spark only logs, is answered by the gateway and changes nothing; and nobody
+reaches the internal Spark Thrift Server without the gateway's secret. The
+gateway goes on serving."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import pytest
 from pyhive import exc, hive
 from TCLIService import TCLIService, ttypes
 from thrift.protocol.TBinaryProtocol import TBinaryProtocol
-from thrift.Thrift import TMessageType
+from thrift.Thrift import TApplicationException, TMessageType, TType
 from thrift.transport.TTransport import TMemoryBuffer
 
 from tests.security.conftest import PASSWORD
@@ -196,3 +199,159 @@ def test_the_internal_thrift_server_takes_only_the_gateway(server):
         cursor = conn.cursor()
         cursor.execute("SELECT 3")
         assert cursor.fetchall() == [(3,)]
+
+
+def test_a_method_the_gateway_does_not_know_is_refused(auth_gateway, spark, canary):
+    raw = Raw(auth_gateway.port)
+    session = raw.open_session().sessionHandle
+    # An ExecuteStatement's body under a name no stub has: libthrift would dispatch by name.
+    args = TCLIService.ExecuteStatement_args(ttypes.TExecuteStatementReq(session, f"DROP TABLE {canary}"))
+    mtype, error = raw.call(encode_message("UnknownMethod", TMessageType.CALL, 3, args))
+    assert mtype == TMessageType.EXCEPTION and error.type == TApplicationException.UNKNOWN_METHOD
+    mtype, response = raw.call(execute_args(session, "SELECT 1"))  # the connection goes on
+    assert response.status.statusCode == ttypes.TStatusCode.SUCCESS_STATUS
+    raw.close()
+    assert spark.catalog.tableExists(canary)
+    still_serving(auth_gateway)
+
+
+def attack_properties(spark) -> list[str]:
+    names = spark.sparkContext._jvm.java.lang.System.getProperties().stringPropertyNames()
+    return [str(n) for n in names if str(n).startswith("tierlake.attack")]
+
+
+def test_an_undecodable_open_session_is_refused(auth_gateway, spark):
+    raw = Raw(auth_gateway.port)
+    args = TCLIService.OpenSession_args(ttypes.TOpenSessionReq(
+        client_protocol=V10, configuration={"set:system:tierlake.attackPLACEHOLDER": "1"}))
+    data = encode_message("OpenSession", TMessageType.CALL, 1, args).replace(b"PLACEHOLDER", b"\xff" * 11)
+    mtype, response = raw.call(data)
+    assert mtype == TMessageType.REPLY
+    assert response.status.statusCode == ttypes.TStatusCode.ERROR_STATUS and response.status.sqlState == "08P01"
+    assert attack_properties(spark) == []
+    assert raw.open_session().status.statusCode == ttypes.TStatusCode.SUCCESS_STATUS  # the connection goes on
+    raw.close()
+    still_serving(auth_gateway)
+
+
+def set_client_info(session, configuration: dict[str, str], seqid: int = 7) -> bytes:
+    """A SetClientInfo call (PyHive's stubs lack it), written field by field."""
+    buf = TMemoryBuffer()
+    proto = TBinaryProtocol(buf)
+    proto.writeMessageBegin("SetClientInfo", TMessageType.CALL, seqid)
+    proto.writeStructBegin("SetClientInfo_args")
+    proto.writeFieldBegin("req", TType.STRUCT, 1)
+    proto.writeStructBegin("TSetClientInfoReq")
+    proto.writeFieldBegin("sessionHandle", TType.STRUCT, 1)
+    session.write(proto)
+    proto.writeFieldEnd()
+    proto.writeFieldBegin("configuration", TType.MAP, 2)
+    proto.writeMapBegin(TType.STRING, TType.STRING, len(configuration))
+    for key, value in configuration.items():
+        proto.writeString(key)
+        proto.writeString(value)
+    proto.writeMapEnd()
+    proto.writeFieldEnd()
+    proto.writeFieldStop()
+    proto.writeStructEnd()
+    proto.writeFieldEnd()
+    proto.writeFieldStop()
+    proto.writeStructEnd()
+    proto.writeMessageEnd()
+    return buf.getvalue()
+
+
+def call_unstubbed(raw: Raw, data: bytes):
+    """(message type, TStatus or TApplicationException) of the reply to a SetClientInfo."""
+    raw.sock.sendall(struct.pack(">I", len(data)) + data)
+    (length,) = struct.unpack(">I", raw._recv(4))
+    proto = TBinaryProtocol(TMemoryBuffer(raw._recv(length)))
+    _, mtype, _ = proto.readMessageBegin()
+    if mtype == TMessageType.EXCEPTION:
+        error = TApplicationException()
+        error.read(proto)
+        return mtype, error
+    status = None
+    proto.readStructBegin()  # SetClientInfo_result
+    _, ftype, fid = proto.readFieldBegin()
+    if ftype == TType.STRUCT and fid == 0:
+        proto.readStructBegin()  # TSetClientInfoResp
+        _, ftype, fid = proto.readFieldBegin()
+        if ftype == TType.STRUCT and fid == 1:
+            status = ttypes.TStatus()
+            status.read(proto)
+    return mtype, status
+
+
+HOSTILE_CLIENT_INFO = {
+    "set:system:tierlake.attack": "1",
+    "set:hiveconf:spark.sql.catalog.evil": "org.apache.spark.sql.execution.datasources.v2.jdbc.JDBCTableCatalog",
+    "set:hiveconf:spark.sql.variable.substitute": "true",
+    "use:database": "sys",
+    "ApplicationName": "forged\nINFO a log line of its own",
+}
+
+
+def test_set_client_info_changes_nothing(auth_gateway, spark):
+    raw = Raw(auth_gateway.port, "will")
+    handle = raw.open_session().sessionHandle
+    mtype, status = call_unstubbed(raw, set_client_info(handle, HOSTILE_CLIENT_INFO))
+    assert mtype == TMessageType.REPLY and status.statusCode == ttypes.TStatusCode.SUCCESS_STATUS  # as Spark answers
+    jsession = auth_gateway.authorizer.sessions.session(handle.sessionId.guid, handle.sessionId.secret)
+    assert not jsession.conf().contains("spark.sql.catalog.evil")
+    assert jsession.conf().get("spark.sql.variable.substitute") == "false"
+    assert str(jsession.catalog().currentDatabase()) == "default"
+    assert attack_properties(spark) == []
+    # Undecodable (a \xff in a key): refused, and the connection goes on.
+    bad = set_client_info(handle, {"ApplicationNamePLACEHOLDER": "x"}).replace(b"PLACEHOLDER", b"\xff" * 11)
+    mtype, error = call_unstubbed(raw, bad)
+    assert mtype == TMessageType.EXCEPTION and error.type == TApplicationException.PROTOCOL_ERROR
+    _, result = raw.call(execute_args(handle, "SELECT 1"))
+    assert result.status.statusCode == ttypes.TStatusCode.SUCCESS_STATUS
+    raw.close()
+    still_serving(auth_gateway)
+
+
+def get_query_id(operation_handle, extra_field: bool = False) -> bytes:
+    buf = TMemoryBuffer()
+    proto = TBinaryProtocol(buf)
+    proto.writeMessageBegin("GetQueryId", TMessageType.CALL, 9)
+    proto.writeStructBegin("GetQueryId_args")
+    proto.writeFieldBegin("req", TType.STRUCT, 1)
+    proto.writeStructBegin("TGetQueryIdReq")
+    proto.writeFieldBegin("operationHandle", TType.STRUCT, 1)
+    operation_handle.write(proto)
+    proto.writeFieldEnd()
+    if extra_field:  # a field the IDL does not have: Java would skip it, the gateway cannot check it
+        proto.writeFieldBegin("x", TType.STRING, 99)
+        proto.writeString("DROP TABLE x")
+        proto.writeFieldEnd()
+    proto.writeFieldStop()
+    proto.writeStructEnd()
+    proto.writeFieldEnd()
+    proto.writeFieldStop()
+    proto.writeStructEnd()
+    proto.writeMessageEnd()
+    return buf.getvalue()
+
+
+def test_get_query_id_is_decoded_before_it_is_relayed(auth_gateway):
+    raw = Raw(auth_gateway.port)
+    session = raw.open_session().sessionHandle
+    _, response = raw.call(execute_args(session, "SELECT 1"))
+    operation = response.operationHandle
+    mtype, error = call_unstubbed(raw, get_query_id(operation, extra_field=True))
+    assert mtype == TMessageType.EXCEPTION and error.type == TApplicationException.PROTOCOL_ERROR
+    _, response = raw.call(execute_args(session, "SELECT 2"))  # the connection goes on
+    assert response.status.statusCode == ttypes.TStatusCode.SUCCESS_STATUS
+    # A decodable one is Spark's to answer (it reads the operation's query id; it may fail): harmless.
+    data = get_query_id(operation)
+    raw.sock.sendall(struct.pack(">I", len(data)) + data)
+    try:
+        (length,) = struct.unpack(">I", raw._recv(4))
+        name, mtype, _ = TBinaryProtocol(TMemoryBuffer(raw._recv(length))).readMessageBegin()
+        assert name == "GetQueryId" and mtype in (TMessageType.REPLY, TMessageType.EXCEPTION)
+    except (ConnectionError, OSError):
+        pass  # Spark could not write its answer and dropped the link: only this connection ends
+    raw.close()
+    still_serving(auth_gateway)
