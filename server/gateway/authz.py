@@ -24,7 +24,7 @@ import uuid
 from typing import Any
 
 from tierlake.server.exceptions import PermissionDeniedError, StatementTooLargeError, TierlakeError
-from tierlake.server.gateway import planauth
+from tierlake.server.gateway import parsecost, planauth
 from tierlake.server.gateway.callparse import is_sys_call, parse_call
 from tierlake.server.gateway.passwords import PasswordFile
 from tierlake.server.gateway.planauth import Requirement
@@ -143,6 +143,12 @@ class Authorizer:
             raise StatementTooLargeError(
                 f"statement too large: {size} bytes; tierlake.gateway.max-statement-size is "
                 f"{self.max_statement_size} bytes")
+        # Iceberg's parser runs regexes over the text first; a few shapes make them quadratic (parsecost.py).
+        if parsecost.steps(statement) > parsecost.MAX_STEPS:
+            raise StatementTooLargeError(
+                "statement refused: its comment markers would cost the SQL parser time quadratic in its "
+                "length (a long line of '--' with no newline after it, or of '/*' with no '*/'); "
+                "break the line or close the comments")
 
     def requirement(self, statement: str, session: Any = None) -> Requirement:
         """The role ``statement`` needs in ``session`` (a SessionInfo, or
