@@ -201,11 +201,21 @@ class Coordinator:
                   refresh_properties: Callable[[TableState], None] | None = None) -> list[sm.Answer]:
         """``CALL sys.heartbeat``: see :func:`server.statemachine.heartbeat`."""
 
+        # Re-reading a finished table's properties loads its Iceberg metadata: done
+        # before the commit, so heartbeats that share a group commit do not wait for it.
+        refreshed: dict[int, dict[str, str]] = {}
+        if refresh_properties is not None and finished:
+            _, known = self.load()
+            for entry in finished:
+                state = known.get(entry.table_id)
+                if state is not None:
+                    refresh_properties(state)
+                    refreshed[entry.table_id] = state.properties
+
         def change(states, now):
-            if refresh_properties is not None:
-                for entry in finished:
-                    if entry.table_id in states:
-                        refresh_properties(states[entry.table_id])
+            for table_id, properties in refreshed.items():
+                if table_id in states:
+                    states[table_id].properties = dict(properties)
             out = sm.heartbeat(states, job_id, tiering, finished, failed, request_table, now,
                                self.policy, self.liveness)
             self._persist_liveness(states, out.changed)
