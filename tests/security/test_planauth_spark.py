@@ -106,17 +106,26 @@ ADMIN_ONLY = [
 _TOKENS = re.compile(r"'[^']*'|`[^`]*`|\w+|\S")
 JUNK = [" ", "\n", "\t", "  \r\n ", "/* c */", "/**/", "/*+ hint */", "/* /*+ */ */", "/* -- */", "-- c\n",
         "${x}", "${env:HOME}", "/* ${spark.sql.p} */", "-- ${x}\n",
-        "-- \\\n",  # Spark's lexer continues a `--` comment past a newline after a backslash
+        # Spark's lexer continues a `--` comment past a newline after a backslash: the next line is comment
+        # too (ended here, so the junk hides nothing of the statement: a comment that swallowed a token
+        # would make another statement, not a hidden one).
+        "-- \\\n swallowed by the comment\n", "/* a */-- \\\n\t-- \\\n\n",
         ";", ";\n"]
 CASES = [str, str.upper, str.lower, str.swapcase, str.capitalize]
+
+
+def _wordy(char: str) -> bool:
+    return char.isalnum() or char == "_"
 
 
 def hide(statement: str, data) -> str:
     """``statement`` with junk drawn at every token boundary and each token's case changed at random."""
     out = []
     for token in _TOKENS.findall(statement):
-        out.append(data.draw(st.lists(st.sampled_from(JUNK), max_size=2).map("".join)))
-        out.append(data.draw(st.sampled_from(CASES))(token))
+        junk = data.draw(st.lists(st.sampled_from(JUNK), max_size=2).map("".join))
+        if not junk and out and _wordy(out[-1][-1:]) and _wordy(token[:1]):
+            junk = " "  # two words run together would be one other word, not the statement hidden
+        out += [junk, data.draw(st.sampled_from(CASES))(token)]
     out.append(data.draw(st.lists(st.sampled_from(JUNK), max_size=2).map("".join)))
     return "".join(out)
 
