@@ -207,6 +207,15 @@ def _runtime_jar() -> Path:
         raise JarResolutionError(f"{exc.message}; reinstall with `{_INSTALL_HINT}`") from None
 
 
+def iceberg_runtime_jar() -> Path | None:
+    """The Iceberg Spark runtime jar as installed (its API is what tierlake's
+    JVM classes compile against, server/runtime/javaext.py); None if absent."""
+    try:
+        return _runtime_jar()
+    except JarResolutionError:
+        return None
+
+
 def _is_current(jar: Path) -> bool:
     try:
         with zipfile.ZipFile(jar) as z:

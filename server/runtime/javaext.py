@@ -6,7 +6,9 @@ jar in jars.py. They go on the driver's class path:
 - ``io.tierlake.internal.PlanWalker`` flattens a parsed plan for the
   gateway's authorisation (server/gateway/planauth.py);
 - ``io.tierlake.internal.SecretAuthenticator`` is the internal Spark Thrift
-  Server's custom authentication provider (only the gateway gets in).
+  Server's custom authentication provider (only the gateway gets in);
+- ``io.tierlake.internal.SmallTables`` reads and rewrites the small ``sys``
+  tables without a Spark job (server/runtime/state_table.py).
 """
 
 from __future__ import annotations
@@ -23,13 +25,15 @@ import zipfile
 from pathlib import Path
 
 from tierlake.server.exceptions import JarResolutionError
-from tierlake.server.runtime.jars import pyspark_jars_dir
+from tierlake.server.runtime.jars import iceberg_runtime_jar, pyspark_jars_dir
 
 log = logging.getLogger("tierlake.session")
 
 SOURCES = Path(__file__).with_name("java")
 PLAN_WALKER = "io.tierlake.internal.PlanWalker"
 SECRET_AUTHENTICATOR = "io.tierlake.internal.SecretAuthenticator"
+SMALL_TABLES = "io.tierlake.internal.SmallTables"
+ICEBERG_SOURCES = {"SmallTables.java"}  # compiled against the Iceberg runtime jar
 
 
 def _key() -> str:
@@ -55,9 +59,14 @@ def internal_jar(home: Path) -> Path:
             if dest.exists():
                 return dest
             with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+                classpath, sources = [str(pyspark_jars_dir() / "*")], sorted(SOURCES.glob("*.java"))
+                iceberg = iceberg_runtime_jar()
+                if iceberg is None:  # SmallTables needs Iceberg's API; without it sys tables go through Spark
+                    sources = [s for s in sources if s.name not in ICEBERG_SOURCES]
+                else:
+                    classpath.append(str(iceberg))
                 result = subprocess.run(
-                    [javac, "-nowarn", "-d", tmp, "-cp", str(pyspark_jars_dir() / "*"),
-                     *[str(s) for s in sorted(SOURCES.glob("*.java"))]],
+                    [javac, "-nowarn", "-d", tmp, "-cp", os.pathsep.join(classpath), *[str(s) for s in sources]],
                     capture_output=True, text=True)
                 if result.returncode != 0:
                     raise JarResolutionError(f"cannot compile tierlake's JVM classes: {result.stderr.strip()}")

@@ -7,7 +7,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
 from tierlake import sql
@@ -36,6 +36,17 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"cannot store {type(value).__name__}")
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _micros(value: Any) -> Any:
+    """JSON for the JVM path: timestamps as microseconds since the epoch."""
+    if isinstance(value, datetime):
+        aware = value if value.tzinfo else value.astimezone(timezone.utc)
+        return (aware - _EPOCH) // timedelta(microseconds=1)
+    raise TypeError(f"cannot store {type(value).__name__}")
+
+
 def _aware(value: Any) -> Any:
     # pyspark returns naive local-time datetimes; give them a zone once, here.
     if isinstance(value, datetime) and value.tzinfo is None:
@@ -51,6 +62,7 @@ class SmallTable:
         self.name = name
         self._schema: Any = None
         self._cache: tuple[int | None, list[dict[str, Any]]] | None = None
+        self._jvm_io: bool | None = None  # None: not tried yet; False: the JVM class is missing
 
     @property
     def schema(self) -> Any:
@@ -64,14 +76,51 @@ class SmallTable:
 
     def load(self) -> tuple[int | None, list[dict[str, Any]]]:
         """``(snapshot id, rows)``; an unchanged table is served from memory."""
-        snap = self.snapshot_id()
+        table = iceberg_table(self.spark, self.name)
+        snapshot = table.currentSnapshot()
+        snap = None if snapshot is None else int(snapshot.snapshotId())
         if self._cache is None or self._cache[0] != snap:
             rows: list[dict[str, Any]] = []
             if snap is not None:
-                for row in self.spark.read.option("snapshot-id", str(snap)).table(self.name).collect():
-                    rows.append({k: _aware(v) for k, v in row.asDict().items()})
+                io = self._io(table)
+                if io is not None:
+                    rows = self._from_jvm(json.loads(io.read(table, snap)))
+                else:
+                    for row in self.spark.read.option("snapshot-id", str(snap)).table(self.name).collect():
+                        rows.append({k: _aware(v) for k, v in row.asDict().items()})
             self._cache = (snap, rows)
         return snap, [dict(r) for r in self._cache[1]]
+
+    # -- the JVM path (server/runtime/java/SmallTables.java): no Spark job ------
+    def _io(self, table: Any) -> Any | None:
+        """tierlake's ``SmallTables`` class when it can handle ``table``, else None (Spark is used)."""
+        if self._jvm_io is False:
+            return None
+        io = self.spark.sparkContext._jvm.io.tierlake.internal.SmallTables
+        try:
+            supported = bool(io.supports(table))
+        except Exception:  # noqa: BLE001 - py4j: the class is not on the driver's class path
+            log.info("%s is read and written through Spark (tierlake's SmallTables class is missing)", self.name)
+            self._jvm_io = False
+            return None
+        self._jvm_io = True
+        return io if supported else None
+
+    def _timestamps(self) -> list[str]:
+        from pyspark.sql.types import TimestampType
+
+        return [f.name for f in self.schema.fields if isinstance(f.dataType, TimestampType)]
+
+    def _from_jvm(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for name in self._timestamps():
+            for row in rows:
+                if row.get(name) is not None:
+                    row[name] = _EPOCH + timedelta(microseconds=row[name])
+        return rows
+
+    def _to_jvm(self, rows: list[dict[str, Any]]) -> str:
+        names = self.schema.fieldNames()
+        return json.dumps([{n: r.get(n) for n in names} for r in rows], default=_micros)
 
     def _frame(self, rows: list[dict[str, Any]]) -> Any:
         names = self.schema.fieldNames()
@@ -85,6 +134,16 @@ class SmallTable:
         """Overwrite the table with ``rows``; fails if it changed since ``base``."""
         from pyspark.sql import functions as F
 
+        table = iceberg_table(self.spark, self.name)
+        io = self._io(table)
+        if io is not None:
+            self._cache = None
+            try:
+                io.replace(table, self._to_jvm(rows), -1 if base is None else base)
+            finally:
+                state_version.bump()  # even a failed commit may have landed (commit state unknown)
+            housekeeping.note_commit(self.name)
+            return
         writer = self._frame(rows).writeTo(self.name)
         if base is not None:
             writer = writer.option("validate-from-snapshot-id", str(base)).option("isolation-level", "serializable")
@@ -116,8 +175,13 @@ class SmallTable:
     def append(self, rows: list[dict[str, Any]]) -> None:
         if rows:
             self._cache = None
+            table = iceberg_table(self.spark, self.name)
+            io = self._io(table)
             try:
-                self._frame(rows).writeTo(self.name).append()
+                if io is not None:
+                    io.append(table, self._to_jvm(rows))
+                else:
+                    self._frame(rows).writeTo(self.name).append()
             finally:
                 state_version.bump()
             housekeeping.note_commit(self.name)
