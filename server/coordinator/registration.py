@@ -18,6 +18,7 @@ from tierlake.server.coordinator.coordinator import STATE_TABLE
 from tierlake.server.coordinator.state_machine import Status, TableState
 from tierlake.server.exceptions import NoSuchTableError
 from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.runtime.state_table import SmallTable
 
 if TYPE_CHECKING:
     from tierlake.server.coordinator.coordinator import Coordinator
@@ -138,11 +139,17 @@ def register_table(
 def registered_record(spark: Any, table_id: int) -> tuple[int | None, str | None] | None:
     """``(tiered position, stream UUID)`` the coordinator recorded for ``table_id``: a tiering worker
     cross-checks them when planning (server/changelog/positions.py). None if it is not registered."""
-    rows = (spark.table(STATE_TABLE).where(f"table_id = {int(table_id)}")
-            .select("tiered_position", "stream_uuid").collect())
-    if not rows:
-        return None
-    return rows[0]["tiered_position"], rows[0]["stream_uuid"]
+    # Through SmallTable: read from Iceberg's metadata and data files directly, no Spark job per round.
+    table = _state_tables.get(id(spark))
+    if table is None or table.spark is not spark:
+        table = _state_tables[id(spark)] = SmallTable(spark, STATE_TABLE)
+    for row in table.load()[1]:
+        if row["table_id"] == int(table_id):
+            return row["tiered_position"], row["stream_uuid"]
+    return None
+
+
+_state_tables: dict[int, SmallTable] = {}  # one reader per Spark session (it caches the rows of a snapshot)
 
 
 def unregister_table(ctx: Context, path: TablePath) -> TableState:
