@@ -88,6 +88,17 @@ def test_what_does_not_parse_is_refused_with_sparks_error(authorizer):
             need(authorizer, statement)
 
 
+def test_spark_cannot_parse_a_sys_call_so_the_gateway_recognises_it_by_its_start(authorizer):
+    # Iceberg's parser takes CALLs of Iceberg's own procedures only; Spark 3.5 has no CALL.
+    for statement in ("CALL sys.version()", "/* c */ call `sys`.list_tiering_statuses('a.b')"):
+        with pytest.raises(SqlSyntaxError):
+            need(authorizer, statement)
+        assert authorizer.requirement(statement).role == R.READER  # the procedure's role
+    assert authorizer.requirement("CALL sys.enable_tiering('a.b')").role == R.ADMIN
+    # Not a sys CALL by its start: Spark's parse decides, and an Iceberg procedure needs admin.
+    assert authorizer.requirement("CALL spark_catalog.system.expire_snapshots('sys.x')").role == R.ADMIN
+
+
 ADMIN_ONLY = [
     "DROP TABLE sys.procedure_roles",
     "SELECT TRANSFORM(*) USING 'id' AS (o STRING) FROM (SELECT 1 a)",
