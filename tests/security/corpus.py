@@ -21,6 +21,8 @@ from typing import Any
 
 from pyhive import exc, hive
 
+from tierlake.server.gateway.callparse import _skip_blank  # Spark's rules for leading comments
+
 CORPUS = Path(__file__).parents[1] / "fixtures" / "security" / "attack_corpus.jsonl"
 REFUSED = ("42501", "42601")  # permission denied, or Spark's parse error
 EFFECTS = frozenset({"file", "table", "no_table", "setting", "rows"})
@@ -39,6 +41,10 @@ def load(**placeholders: str) -> list[dict]:
         unknown = set(entry["effect"]) - EFFECTS
         if unknown:
             raise ValueError(f"unknown effect {sorted(unknown)} in {line}")
+        head = entry["sql"][max(0, _skip_blank(entry["sql"], 0, len(entry["sql"]))):][:6].lower()
+        is_set = head.startswith("reset") or (head.startswith("set") and head[3:4] in (" ", "`", "\t", "\n"))
+        if is_set and "setting" not in entry["effect"]:
+            raise ValueError(f"a SET or RESET without the setting it would change: {line}")
         entries.append(entry)
     return entries
 
