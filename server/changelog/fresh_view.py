@@ -12,6 +12,16 @@ the old pair or the new one; each pair alone counts every committed change
 exactly once, whenever the query runs. A view that missed a refresh (a failed
 hook) is still right, only slower: its stream part starts further back.
 
+The stream part is an incremental read, ``tierlake_inc.<db>.<table>.after_<P>``
+(server/runtime/java/IncrementalCatalog.java): only the files the appends
+after the stream snapshot ``P`` at the position added, so its cost follows
+what is not tiered yet. It needs ``P`` and every snapshot after it: stream
+snapshot expiry re-pins the view first (server/tiering/table_maintenance.py).
+Where there is no such ``P`` (nothing tiered yet, the snapshot expired) or the
+session lacks the catalog, the view scans every stream file and keeps those
+committed after the position (the same rows, at a cost that follows the
+stream's live files).
+
 The stream table names its view in the internal property
 ``tierlake.fresh-view``, so a round (in the server or a tiering service) finds
 it without the server's settings.
@@ -30,6 +40,7 @@ from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.catalog.tiered_tables import suffixed_path
 from tierlake.server.changelog.planner import lake_position
 from tierlake.server.runtime.config import Config
+from tierlake.server.runtime.javaext import INCREMENTAL_CATALOG_NAME
 from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.fresh")
@@ -55,8 +66,30 @@ def view_of(spark: Any, stream: TablePath) -> TablePath | None:
     return TablePath(*name.split(".", 1)) if name else None
 
 
-def render(spark: Any, stream: TablePath, lake: TablePath, view: TablePath) -> str:
-    """The ``CREATE OR REPLACE VIEW`` statement pinned to the lake's current snapshot."""
+def incremental_start(stream_table: Any, position: int) -> int | None:
+    """The stream snapshot at ``position`` if an incremental read can start after it: the
+    current snapshot reaches it through parents that were not expired. None otherwise."""
+    if position <= 0:
+        return None
+    snapshot = stream_table.currentSnapshot()
+    while snapshot is not None and int(snapshot.sequenceNumber()) > position:
+        parent = snapshot.parentId()
+        snapshot = None if parent is None else stream_table.snapshot(parent)
+    if snapshot is None or int(snapshot.sequenceNumber()) != position:
+        return None
+    return int(snapshot.snapshotId())
+
+
+def has_incremental_catalog(spark: Any) -> bool:
+    """This session resolves ``tierlake_inc`` (every tierlake session does: runtime/session.py)."""
+    return bool(spark.conf.get(f"spark.sql.catalog.{INCREMENTAL_CATALOG_NAME}", None))
+
+
+def render(spark: Any, stream: TablePath, lake: TablePath, view: TablePath, incremental: bool = True) -> str:
+    """The ``CREATE OR REPLACE VIEW`` statement pinned to the lake's current snapshot.
+
+    ``incremental``: read the stream after the snapshot at the position when
+    there is one (else, or with False, scan every stream file)."""
     props = _properties(spark, stream)
     stream_schema = spark.table(stream.quoted).schema
     spec = TieredSpec.from_properties(props, columns_of(stream_schema))
@@ -64,6 +97,7 @@ def render(spark: Any, stream: TablePath, lake: TablePath, view: TablePath) -> s
     snapshot = lake_table.currentSnapshot()
     snapshot_id = None if snapshot is None else int(snapshot.snapshotId())
     position = lake_position(lake_table)[0] if snapshot is not None else 0
+    start = incremental_start(iceberg_table(spark, stream.quoted), position) if incremental else None
     # The lake's columns, read at that snapshot's schema; the stream column of
     # the same name carries each (a rename reaches the lake at the next round).
     lake_frame = spark.read.format("iceberg")
@@ -73,18 +107,66 @@ def render(spark: Any, stream: TablePath, lake: TablePath, view: TablePath) -> s
     stream_names = {f.name.lower(): f.name for f in stream_schema.fields if f.name.lower() != CHANGE_TYPE}
     stream_columns = [stream_names.get(c.name.lower()) for c in columns]
     comment = COMMENT.format(stream=stream, lake=lake, snapshot=snapshot_id, position=position)
+    after = None if start is None else [INCREMENTAL_CATALOG_NAME, stream.database, stream.table, f"after_{start}"]
+    entries = [stream.database, stream.table, "entries" if after is None else "all_entries"]
     return sql.render_checked(
         T_FRESH_VIEW, view=[view.database, view.table], lake=[lake.database, lake.table],
-        stream=[stream.database, stream.table], entries=[stream.database, stream.table, "entries"],
+        stream=[stream.database, stream.table], stream_after=after, entries=entries,
         columns=columns, stream_columns=stream_columns, keys=spec.primary_key, sequence_by=spec.sequence_by,
         change_type=CHANGE_TYPE, lake_snapshot=snapshot_id, position=position, comment=comment)
+
+
+def sync_metastore_text(spark: Any, view: TablePath) -> None:
+    """Write the view's current SQL into its Hive metastore entry.
+
+    ``CREATE OR REPLACE VIEW`` in ``spark_catalog`` makes an Iceberg view
+    (SparkSessionCatalog is a view catalog), and Iceberg's Hive view
+    operations write the SQL into the metastore's view text only when they
+    create the view; a replace commits new Iceberg metadata and leaves the
+    old text. Spark 3.5 resolves a session-catalog view by that text, so
+    without this every query would keep reading the view's first version.
+    One metastore update: a query resolves the old text or the new one."""
+    jvm = spark.sparkContext._jvm
+    gateway = spark.sparkContext._gateway
+    namespace = gateway.new_array(jvm.java.lang.String, 1)
+    namespace[0] = view.database
+    catalog = spark._jsparkSession.sessionState().catalogManager().catalog("spark_catalog")
+    text = catalog.loadView(jvm.org.apache.spark.sql.connector.catalog.Identifier.of(namespace, view.table)).query()
+    hive_conf = jvm.java.lang.Class.forName("org.apache.hadoop.hive.conf.HiveConf")
+    client = jvm.org.apache.hadoop.hive.metastore.HiveMetaStoreClient(
+        jvm.org.apache.hadoop.hive.conf.HiveConf(spark._jsc.hadoopConfiguration(), hive_conf))
+    try:
+        table = client.getTable(view.database, view.table)
+        if table.getViewExpandedText() != text or table.getViewOriginalText() != text:
+            table.setViewOriginalText(text)
+            table.setViewExpandedText(text)
+            client.alter_table(view.database, view.table, table)
+    finally:
+        client.close()
+
+
+def _create_view(spark: Any, stream: TablePath, lake: TablePath, view: TablePath) -> None:
+    """(Re-)create ``view``: incremental when the session can; the full scan if that fails
+    (the view's rows are the same either way, only its cost differs)."""
+    statement = None
+    if has_incremental_catalog(spark):
+        try:
+            statement = render(spark, stream, lake, view)
+            spark.sql(statement)
+        except Exception:  # retried with the full scan below
+            log.warning("could not create %s with an incremental read of %s; scanning it in full", view, stream,
+                        exc_info=True)
+            statement = None
+    if statement is None:
+        spark.sql(render(spark, stream, lake, view, incremental=False))
+    sync_metastore_text(spark, view)
 
 
 def create(spark: Any, config: Config | None, stream: TablePath, lake: TablePath) -> TablePath:
     """Create (or re-create) the fresh view of a tiered table and record it on the stream table."""
     view = fresh_path(config, stream)
     spark.sql(sql.render(T_CREATE_DATABASE, database=view.database))
-    spark.sql(render(spark, stream, lake, view))
+    _create_view(spark, stream, lake, view)
     if _properties(spark, stream).get(FRESH_VIEW_PROPERTY) != str(view):
         iceberg_table(spark, stream.quoted).updateProperties().set(FRESH_VIEW_PROPERTY, str(view)).commit()
     log.info("fresh view %s of %s created", view, stream)
@@ -95,12 +177,13 @@ def refresh(spark: Any, stream: TablePath, lake: TablePath) -> None:
     """Re-pin the stream's fresh view (if it has one) to the lake's current snapshot."""
     view = view_of(spark, stream)
     if view is not None:
-        spark.sql(render(spark, stream, lake, view))
+        _create_view(spark, stream, lake, view)
 
 
 def after_lake_commit(spark: Any, plan: Any) -> None:
     """The round's hook after each lake commit: never fails the round (the
-    old view stays correct, it only reads more of the stream)."""
+    old view stays correct, it only reads more of the stream; stream snapshot
+    expiry re-pins it before it could remove what the old view reads)."""
     try:
         refresh(spark, plan.stream, plan.lake)
     except Exception:  # see the docstring

@@ -18,7 +18,12 @@ from typing import Any
 from tierlake.server.exceptions import HomeInUseError, MigrationError
 from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.jars import resolve_iceberg_jars
-from tierlake.server.runtime.javaext import SECRET_AUTHENTICATOR, internal_jar
+from tierlake.server.runtime.javaext import (
+    INCREMENTAL_CATALOG,
+    INCREMENTAL_CATALOG_NAME,
+    SECRET_AUTHENTICATOR,
+    internal_jar,
+)
 from tierlake.server.runtime.log_setup import log4j2_config
 from tierlake.server.runtime.metastore import derby_url, ensure_lock_tables, metastore_db  # noqa: F401 - derby_url: re-export
 
@@ -97,6 +102,9 @@ def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
         # session stays invisible to the others for up to 30 s.
         "spark.sql.catalog.spark_catalog.cache-enabled": "false",
         "spark.sql.catalogImplementation": "hive",
+        # Fresh views read a stream table after a snapshot through this
+        # read-only catalog (Spark 3.5 SQL cannot name a read option).
+        f"spark.sql.catalog.{INCREMENTAL_CATALOG_NAME}": INCREMENTAL_CATALOG,
         "spark.sql.warehouse.dir": config.warehouse_dir.as_uri(),
         "spark.hadoop.hive.metastore.warehouse.dir": config.warehouse_dir.as_uri(),
         "spark.hadoop.datanucleus.schema.autoCreateAll": "true",

@@ -26,7 +26,10 @@ Actions, in order:
   hourly per table).
 - ``stream_expire_snapshots``: stream snapshots older than the max age whose
   commits are tiered and that neither the newest KV snapshot nor a leased
-  one needs (the log-retention bound), beyond the newest ``min-retained``.
+  one needs (the log-retention bound), beyond the newest ``min-retained``;
+  the table's fresh view is re-pinned to the tiered position first (its
+  incremental read needs the snapshot it starts after), and if that fails
+  every stream snapshot is kept this time.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from typing import Any
 
 from tierlake.server.catalog import properties as P
 from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.changelog import fresh_view
 from tierlake.server.changelog.positions import summary as _summary
 from tierlake.server.coordinator.maintenance_schedule import MaintenanceAction
 from tierlake.server.kv.log_retention import retention_bound
@@ -122,7 +126,19 @@ def remove_lake_orphans(spark: Any, lake: TablePath, action: Action) -> None:
 
 
 def expire_stream(spark: Any, stream: TablePath, props: dict[str, str], position: int, max_age_ms: int, keep: int,
-                  action: Action) -> None:
+                  action: Action, lake: TablePath | None = None) -> None:
+    if lake is not None:
+        # The fresh view reads the stream after the snapshot it was pinned to
+        # (server/changelog/fresh_view.py): normally the tiered position's,
+        # but a round whose refresh failed left it further back, and expiring
+        # the snapshots after it would break the view. Re-pin it here.
+        try:
+            fresh_view.refresh(spark, stream, lake)
+        except Exception as e:  # recorded in the action's detail
+            action.snapshots_expired = 0
+            action.detail = f"kept all: the fresh view could not be re-pinned ({type(e).__name__}: {e})"[:2048]
+            log.warning("stream snapshots of %s kept: its fresh view could not be re-pinned", stream, exc_info=True)
+            return
     bound = min(position, retention_bound(spark, stream, props, datetime.now(timezone.utc)))
     table = iceberg_table(spark, stream.quoted)
     needed = next((s for s in _main_ancestry(table) if int(s.sequenceNumber()) <= bound), None)
@@ -152,7 +168,7 @@ def maintain(spark: Any, stream: TablePath, lake: TablePath, props: dict[str, st
     if orphans:
         actions.append(_timed("orphan_files", lake, lambda a: remove_lake_orphans(spark, lake, a)))
     actions.append(_timed("stream_expire_snapshots", stream,
-                          lambda a: expire_stream(spark, stream, props, position, max_age_ms, keep, a)))
+                          lambda a: expire_stream(spark, stream, props, position, max_age_ms, keep, a, lake)))
     return actions
 
 

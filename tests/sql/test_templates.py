@@ -69,16 +69,30 @@ CASES = {
         source=["sys", "ctas_0123456789ab_stream"], target=["shop", "or`ders"])),
     "fresh_view_log": ("templates/fresh_view.sql.j2", dict(
         view=["shop_fresh", "events"], lake=["shop_lake", "events"], stream=["shop", "events"],
-        entries=["shop", "events", "entries"], columns=[Column("id", "bigint"), Column("note", "string")],
+        stream_after=["tierlake_inc", "shop", "events", "after_9001"], entries=["shop", "events", "all_entries"],
+        columns=[Column("id", "bigint"), Column("note", "string")],
         stream_columns=["id", None], keys=[], sequence_by=None, change_type=CHANGE_TYPE,
         lake_snapshot=4242, position=17, comment="fresh view of shop.events")),
     "fresh_view_pk": ("templates/fresh_view.sql.j2", dict(
         view=["shop_fresh", "orders"], lake=["shop_lake", "orders"], stream=["shop", "orders"],
+        stream_after=["tierlake_inc", "shop", "orders", "after_9001"], entries=["shop", "orders", "all_entries"],
+        columns=[Column("order_id", "bigint"), Column("ts", "timestamp")],
+        stream_columns=["order_id", "ts"], keys=["order_id"], sequence_by="ts", change_type=CHANGE_TYPE,
+        lake_snapshot=4242, position=17, comment="fresh view of shop.orders")),
+    # No snapshot at the position to read after (expired, or no tierlake_inc): every stream file is scanned.
+    "fresh_view_log_full_scan": ("templates/fresh_view.sql.j2", dict(
+        view=["shop_fresh", "events"], lake=["shop_lake", "events"], stream=["shop", "events"], stream_after=None,
+        entries=["shop", "events", "entries"], columns=[Column("id", "bigint"), Column("note", "string")],
+        stream_columns=["id", None], keys=[], sequence_by=None, change_type=CHANGE_TYPE,
+        lake_snapshot=4242, position=17, comment="fresh view of shop.events")),
+    "fresh_view_pk_full_scan": ("templates/fresh_view.sql.j2", dict(
+        view=["shop_fresh", "orders"], lake=["shop_lake", "orders"], stream=["shop", "orders"], stream_after=None,
         entries=["shop", "orders", "entries"], columns=[Column("order_id", "bigint"), Column("ts", "timestamp")],
         stream_columns=["order_id", "ts"], keys=["order_id"], sequence_by="ts", change_type=CHANGE_TYPE,
         lake_snapshot=4242, position=17, comment="fresh view of shop.orders")),
     "fresh_view_pk_no_lake_snapshot": ("templates/fresh_view.sql.j2", dict(
-        view=["db_fresh", "t"], lake=["db_lake", "t"], stream=["db", "t"], entries=["db", "t", "entries"],
+        view=["db_fresh", "t"], lake=["db_lake", "t"], stream=["db", "t"], stream_after=None,
+        entries=["db", "t", "entries"],
         columns=[Column("a", "int"), Column("b", "int"), Column("v", "string")], stream_columns=["a", "b", "v"],
         keys=["a", "b"], sequence_by=None, change_type=CHANGE_TYPE, lake_snapshot=None, position=0,
         comment="it's fresh")),

@@ -8,7 +8,13 @@ the lake plus the changes committed after the tiered position.
 - rounds committing in a loop while queries run in a loop: a monotone counter
   column is never seen twice and never with a gap;
 - the views are listed by GetTables (what Hive JDBC's getTables sends) and
-  ``SHOW VIEWS``, move with a renamed table and go away with the table.
+  ``SHOW VIEWS``, move with a renamed table and go away with the table;
+- the stream part opens only the files committed after the position: with
+  every tiered stream file moved away the view still answers (the full scan
+  fails), and the rows it reads from the stream are the pending ones only;
+- a view whose start snapshot's child was expired falls back to the full
+  scan when re-pinned; stream snapshot expiry re-pins a view a failed
+  refresh left behind before it expires what that view reads.
 
 Rounds run in the test's thread (no worker), so "a round at a random moment"
 is a step hypothesis chooses.
@@ -17,7 +23,9 @@ is a step hypothesis chooses.
 from __future__ import annotations
 
 import itertools
+import shutil
 import threading
+from urllib.parse import unquote, urlparse
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -27,8 +35,10 @@ from tests.server.changelog.reference_model import Change, replay
 from tests.server.tiering.conftest import run
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import parse_table_path
-from tierlake.server.changelog import planner
+from tierlake.server.changelog import fresh_view, planner
+from tierlake.server.changelog.positions import lake_position
 from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.tiering import table_maintenance
 from tierlake.server.tiering.round import run_round
 
 pytestmark = pytest.mark.integration
@@ -185,3 +195,158 @@ def test_views_are_listed_and_go_away_with_the_table(server, spark, hive_cursor)
     run(hive_cursor, f"CALL sys.disable_tiering('{shop}.events')")
     assert _get_tables(server, f"{shop}_fresh") == {}
     assert run(hive_cursor, f"SHOW VIEWS IN {shop}_fresh") == []
+
+
+def view_text(spark, view: str) -> str:
+    return spark.sql(f"SHOW CREATE TABLE {view}").collect()[0][0]
+
+
+def paths(table: str) -> tuple:
+    stream = parse_table_path(table)
+    return stream, parse_table_path(f"{stream.database}_lake.{stream.table}"), f"{DB}_fresh.{stream.table}"
+
+
+def commit_batches(spark, table: str, pk: bool, batches: list[list[tuple]], commits: list, logged: list) -> None:
+    """Each batch one commit: (key, value, change type) rows, as in the differential test."""
+    for s in batches:
+        batch = [(k, v, i, ct) for i, (k, v, ct) in enumerate(s)]
+        if pk:
+            spark.sql(f"INSERT INTO {table} (id, v, seq, _change_type) VALUES "
+                      + ", ".join(f"({k}, {v}, {i}, {literal(ct)})" for k, v, i, ct in batch))
+            commits.append([Change((k,), (k, v, i), ct, i) for k, v, i, ct in batch])
+        else:
+            spark.sql(f"INSERT INTO {table} VALUES " + ", ".join(f"({k}, {v}, {i})" for k, v, i, _ in batch))
+            logged.extend((k, v, i) for k, v, i, _ in batch)
+
+
+def stream_rows_read(spark, query: str, stream) -> tuple[int, int]:
+    """Rows the scans of ``stream`` (the table itself or its incremental read
+    ``tierlake_inc.<db>.<table>.after_<id>``) output while ``query`` ran, and
+    how many such scans there were (a primary-key view reads its winners
+    twice): the SQL metrics of its executed plan, query stages included."""
+    frame = spark.sql(query)
+    frame.collect()
+    seq = spark.sparkContext._jvm.scala.collection.JavaConverters.seqAsJavaList
+    plan = frame._jdf.queryExecution().executedPlan()
+    total, scans, pending = 0, 0, [plan]
+    while pending:
+        node = pending.pop()
+        kind = node.getClass().getSimpleName()
+        if kind == "AdaptiveSparkPlanExec":
+            pending.append(node.executedPlan())
+            continue
+        if kind.endswith("QueryStageExec"):
+            pending.append(node.plan())
+        if kind == "BatchScanExec":
+            name = node.table().name().replace("`", "")
+            if name.endswith(f"{stream.database}.{stream.table}") or f"{stream}.after_" in name:
+                total += int(node.metrics().apply("numOutputRows").value())
+                scans += 1
+        pending.extend(seq(node.children()))
+        pending.extend(seq(node.subqueries()))
+    return total, scans
+
+
+@pytest.mark.parametrize("pk", [False, True], ids=["log", "pk"])
+def test_stream_part_reads_only_the_files_after_the_position(hive_cursor, spark, tmp_path, pk):
+    """A long history tiered, a few pending changes: the fresh view's stream
+    part neither opens a tiered stream file nor reads a tiered row."""
+    name = f"after{next(_counter)}_{'pk' if pk else 'log'}"
+    table = create(hive_cursor, name, pk)
+    stream, lake, fresh = paths(table)
+    commits: list[list[Change]] = []
+    logged: list[tuple] = []
+    history = [[(k % 4 + 1, float(c), "+U" if pk else None) for k in range(5)] for c in range(6)]
+    commit_batches(spark, table, pk, history, commits, logged)
+    force_round(spark, table)
+    tiered = [unquote(urlparse(r[0]).path) for r in spark.sql(f"SELECT file_path FROM {table}.files").collect()]
+    commit_batches(spark, table, pk, [[(2, 9.0, "-D" if pk else None), (7, 7.0, None)]], commits, logged)
+    expected = sorted(replay(commits, sequence_by=True).state.values()) if pk else sorted(logged)
+    position = lake_position(iceberg_table(spark, lake.quoted))[0]
+    start = fresh_view.incremental_start(iceberg_table(spark, stream.quoted), position)
+    assert start is not None and f"after_{start}" in view_text(spark, fresh)
+    assert rows_of(spark, fresh) == expected
+
+    # Each scan of the stream part reads the 2 pending rows; a full scan reads the 30 of the history too.
+    rows, scans = stream_rows_read(spark, f"SELECT count(*) FROM {fresh}", stream)
+    assert scans >= 1 and rows == 2 * scans
+    full_view = f"{DB}_fresh.{name}_full"
+    spark.sql(fresh_view.render(spark, stream, lake, parse_table_path(full_view), incremental=False))
+    assert rows_of(spark, full_view) == expected
+    rows, scans = stream_rows_read(spark, f"SELECT count(*) FROM {full_view}", stream)
+    assert scans >= 1 and rows == 32 * scans
+
+    # Every tiered stream file moved away: the view still answers, the full scan cannot.
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    try:
+        for i, f in enumerate(tiered):
+            shutil.move(f, aside / f"{i}.parquet")
+        assert rows_of(spark, fresh) == expected
+        with pytest.raises(Exception, match="(?i)not (be )?found|does not exist|FileNotFound"):
+            rows_of(spark, full_view)
+    finally:
+        for i, f in enumerate(tiered):
+            if (aside / f"{i}.parquet").exists():
+                shutil.move(aside / f"{i}.parquet", f)
+        fresh_view.drop_view(spark, parse_table_path(full_view))
+    force_round(spark, table)
+    assert rows_of(spark, fresh) == rows_of(spark, lake.quoted) == expected
+
+
+def test_view_falls_back_to_the_full_scan_when_its_start_cannot_be_read(hive_cursor, spark):
+    """The snapshot after the view's start expired (by hand: tierlake's expiry keeps it): the
+    incremental read fails loudly, and re-pinning falls back to the full scan, same rows."""
+    table = create(hive_cursor, f"expired{next(_counter)}", pk=False)
+    stream, lake, fresh = paths(table)
+    logged: list[tuple] = []
+    commit_batches(spark, table, False, [[(1, 1.0, None)]], [], logged)
+    force_round(spark, table)
+    commit_batches(spark, table, False, [[(2, 2.0, None)], [(3, 3.0, None)]], [], logged)
+    assert "tierlake_inc" in view_text(spark, fresh)
+    stream_table = iceberg_table(spark, stream.quoted)
+    child = int(stream_table.currentSnapshot().parentId())
+    stream_table.expireSnapshots().expireSnapshotId(child).cleanExpiredFiles(False).commit()
+    with pytest.raises(Exception, match="not a parent ancestor"):
+        rows_of(spark, fresh)
+    fresh_view.refresh(spark, stream, lake)
+    assert "tierlake_inc" not in view_text(spark, fresh)
+    assert rows_of(spark, fresh) == sorted(logged)
+
+
+def test_stream_expiry_repins_a_view_left_behind(hive_cursor, spark, monkeypatch):
+    """A round whose refresh failed left the view reading after an older
+    snapshot; stream expiry re-pins it before expiring that snapshot, and
+    keeps every snapshot when it cannot."""
+    table = create(hive_cursor, f"repin{next(_counter)}", pk=False)
+    stream, lake, fresh = paths(table)
+    logged: list[tuple] = []
+    commit_batches(spark, table, False, [[(1, 1.0, None)]], [], logged)
+    force_round(spark, table)
+    pinned = view_text(spark, fresh)
+    commit_batches(spark, table, False, [[(2, 2.0, None)]], [], logged)
+    with monkeypatch.context() as m:
+        m.setattr(fresh_view, "after_lake_commit", lambda spark, plan: None)
+        force_round(spark, table)
+    commit_batches(spark, table, False, [[(3, 3.0, None)]], [], logged)
+    assert view_text(spark, fresh) == pinned  # left behind, still exact
+    assert rows_of(spark, fresh) == sorted(logged)
+    position = lake_position(iceberg_table(spark, lake.quoted))[0]
+    props = {str(k): str(v) for k, v in dict(iceberg_table(spark, stream.quoted).properties()).items()}
+
+    def expire():
+        action = table_maintenance.Action("stream_expire_snapshots", table, started_ms=0, duration_ms=0)
+        table_maintenance.expire_stream(spark, stream, props, position, 0, 1, action, lake)
+        return action
+
+    with monkeypatch.context() as m:
+        m.setattr(fresh_view, "refresh", lambda *a: (_ for _ in ()).throw(RuntimeError("metastore down")))
+        action = expire()
+    assert action.snapshots_expired == 0 and action.detail.startswith("kept all"), action
+    assert view_text(spark, fresh) == pinned and rows_of(spark, fresh) == sorted(logged)
+
+    action = expire()
+    assert action.snapshots_expired >= 1, action
+    start = fresh_view.incremental_start(iceberg_table(spark, stream.quoted), position)
+    assert f"after_{start}" in view_text(spark, fresh)
+    assert rows_of(spark, fresh) == sorted(logged)
