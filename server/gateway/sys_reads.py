@@ -206,6 +206,9 @@ def classify(plan_json: str, builtins: frozenset[str], cacheable: Callable[[str]
     return Verdict("sys-read", frozenset(sys_names), names_sys)
 
 
+_READ_NODES = QUERY_NODES | OTHER_READ_NODES
+
+
 def quick_verdict(plan: Any) -> Verdict | None:
     """``read`` when the authoriser's parse (a planauth.Plan: every plan node,
     and the relations' names) already shows a query that reads a table
@@ -213,7 +216,7 @@ def quick_verdict(plan: Any) -> Verdict | None:
     of a million characters that mentions sys is then not turned into JSON
     and walked in Python."""
     for node in plan.nodes.values():
-        if node.kind == "P" and node.cls not in QUERY_NODES | OTHER_READ_NODES:
+        if node.kind == "P" and node.cls not in _READ_NODES:
             return None
     for node in plan.nodes.values():
         if node.name == "UnresolvedRelation" and node.seqs:
