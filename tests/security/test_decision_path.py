@@ -163,4 +163,4 @@ def test_call_prefix(statement, expected):
 def test_call_prefix_is_bounded(text, no_sqlglot):
     started = time.perf_counter()
     assert not is_sys_call(text)
-    assert time.perf_counter() - started < 0.2
+    assert time.perf_counter() - started < 1.0

@@ -80,7 +80,7 @@ def test_the_count_is_the_model_or_an_upper_bound_of_it(text):
 def test_quadratic_shapes_are_refused_quickly(text):
     started = time.perf_counter()
     assert parsecost.steps(text) > parsecost.MAX_STEPS
-    assert time.perf_counter() - started < 0.5
+    assert time.perf_counter() - started < 2.0  # linear: a quadratic count would take hours
     with pytest.raises(StatementTooLargeError, match="quadratic"):
         Authorizer(None).check("anyone", text)  # development mode too: Spark's Thrift Server parses it as well
 
@@ -95,5 +95,5 @@ def test_quadratic_shapes_are_refused_quickly(text):
 def test_ordinary_statements_pass(text):
     started = time.perf_counter()
     assert parsecost.steps(text) <= parsecost.MAX_STEPS
-    assert time.perf_counter() - started < 0.5
+    assert time.perf_counter() - started < 2.0  # linear: a quadratic count would take hours
     Authorizer(None, max_statement_size=2 << 20).check("anyone", text)
