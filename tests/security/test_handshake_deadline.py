@@ -127,7 +127,7 @@ def test_a_client_trickling_its_tls_hello_is_cut_off_at_the_deadline(tls_files, 
         assert logs_in(gw.port, tls_files)
         trickler.join(30)
         [(closed, elapsed)] = result
-        assert closed and elapsed < 1.5 + 1.0
+        assert closed and elapsed < 3.5  # the deadline (1.5 s), not the 4 s the 40 bytes take
         assert _eventually_zero(gw)
         assert logs_in(gw.port, tls_files)  # and after
     with Gateway("127.0.0.1", 0, "127.0.0.1", _dead_port(), ToyHandler(), handshake_timeout=60.0,
@@ -158,5 +158,5 @@ def test_the_deadline_covers_tls_and_sasl_together(tls_files, tls_server_context
                 except OSError:
                     closed = True
                     break
-            assert closed and time.monotonic() - started < 1.5 + 1.0
+            assert closed and time.monotonic() - started < 5.0  # the deadline, not the 8.5 s of bytes
         assert _eventually_zero(gw)
