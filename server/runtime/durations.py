@@ -14,12 +14,14 @@ _UNITS = {
     "h": 3600, "hour": 3600, "hours": 3600,
     "d": 86400, "day": 86400, "days": 86400,
 }
-_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+# Matched against the stripped text with fullmatch: no leading or trailing
+# ``\s*`` to share the same spaces, so a long run of them costs linear time.
+_PATTERN = re.compile(r"(\d+(?:\.\d+)?)\s*([a-zA-Z]*)")
 
 
 def parse_duration(text: str, what: str = "duration") -> timedelta:
     """``'1 min'`` → ``timedelta(minutes=1)``; a bare number is milliseconds (Fluss)."""
-    m = _PATTERN.match(str(text))
+    m = _PATTERN.fullmatch(str(text).strip())
     unit = m.group(2).lower() if m else ""
     if not m or (unit and unit not in _UNITS):
         raise InvalidArgumentError(
