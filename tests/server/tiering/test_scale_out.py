@@ -73,7 +73,11 @@ def test_two_tiering_services_on_postgres_tier_exactly_once_through_a_sigkill_an
     survivor = victim = None
     try:
         survivor = start_service_process(tmp_path / "svc-a", url, conf)
-        victim = start_service_process(tmp_path / "svc-b", url, conf, fault=fault)
+        # The victim tiers one table at a time, so the fault's second hit is its second round
+        # (with several at once, both hits could be first rounds of two tables); the
+        # survivor holds several tables at once (tierlake.tiering.tables-per-job, default 4).
+        victim = start_service_process(tmp_path / "svc-b", url, conf + ["tierlake.tiering.tables-per-job=1"],
+                                       fault=fault)
         cur = cursor(port)
         cur.execute("CREATE DATABASE scale")
         for n in range(TABLES):  # while the services start
