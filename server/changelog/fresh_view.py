@@ -6,9 +6,10 @@ views").
 The view is plain SQL with literals: the lake snapshot it reads and the
 position after which it reads the stream. Both are taken from one lake
 snapshot (its ``tiering.source-position``), and the view is re-created after
-every lake commit (:func:`after_lake_commit`, called by the round). A
-``CREATE OR REPLACE VIEW`` is one metastore update, so a query resolves either
-the old pair or the new one; each pair alone counts every committed change
+every lake commit (:func:`after_lake_commit`, called by the round). Spark
+resolves the view by its metastore text, which one metastore update replaces
+(:func:`sync_metastore_text`), so a query resolves either the old pair or the
+new one; each pair alone counts every committed change
 exactly once, whenever the query runs. A view that missed a refresh (a failed
 hook) is still right, only slower: its stream part starts further back.
 

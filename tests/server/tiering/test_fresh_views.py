@@ -350,3 +350,22 @@ def test_stream_expiry_repins_a_view_left_behind(hive_cursor, spark, monkeypatch
     start = fresh_view.incremental_start(iceberg_table(spark, stream.quoted), position)
     assert f"after_{start}" in view_text(spark, fresh)
     assert rows_of(spark, fresh) == sorted(logged)
+
+
+def test_readers_query_the_view_not_the_incremental_catalog(spark):
+    """The gateway authorises a query of a fresh view by the view's name (a
+    reader's); naming the incremental read ``tierlake_inc.…`` is admin-only."""
+    from tierlake.procedures import load_builtins
+    from tierlake.server.gateway import planauth
+    from tierlake.server.gateway.authz import Authorizer, SparkSessions
+    from tierlake.server.sqlapi import roles as R
+
+    authorizer = Authorizer(None, load_builtins()).attach(SparkSessions(spark))
+    jsession = authorizer.sessions.session(None, None)
+
+    def role(statement: str):
+        plan = planauth.parse_plan(jsession, statement)
+        return planauth.requirement(plan, None, authorizer.sessions.functions(jsession, set())).role
+
+    assert role("SELECT count(*) FROM shop_fresh.orders WHERE id = 1") == R.READER
+    assert role("SELECT * FROM tierlake_inc.shop.orders.after_1") == R.ADMIN
