@@ -191,10 +191,7 @@ class CallHandler:
         if create.as_select is not None:
             from tierlake.server.tiering.ctas import RESULT_COLUMNS, create_table_as
 
-            if create.columns:
-                raise SqlSyntaxError(
-                    "CREATE TABLE … AS SELECT takes its columns from the query; remove the column list"
-                )
+            # A column list with AS SELECT never gets here: Spark's parse refuses it first.
             rows = create_table_as(ctx, create.table, create.as_select, create.properties, create.if_not_exists)
             return LocalResult(columns=RESULT_COLUMNS, rows=rows)
         if ctx.spark.catalog.tableExists(create.table.quoted):
