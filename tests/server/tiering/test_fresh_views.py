@@ -94,14 +94,7 @@ def test_fresh_view_equals_everything_committed_then_the_lake(hive_cursor, spark
         if s == "round":
             force_round(spark, table)
         else:
-            batch = [(k, v, i, ct) for i, (k, v, ct) in enumerate(s)]
-            if pk:
-                spark.sql(f"INSERT INTO {table} (id, v, seq, _change_type) VALUES "
-                          + ", ".join(f"({k}, {v}, {i}, {literal(ct)})" for k, v, i, ct in batch))
-                commits.append([Change((k,), (k, v, i), ct, i) for k, v, i, ct in batch])
-            else:
-                spark.sql(f"INSERT INTO {table} VALUES " + ", ".join(f"({k}, {v}, {i})" for k, v, i, _ in batch))
-                logged.extend((k, v, i) for k, v, i, _ in batch)
+            commit_batches(spark, table, pk, [s], commits, logged)
         expected = sorted(replay(commits, sequence_by=True).state.values()) if pk else sorted(logged)
         assert rows_of(spark, fresh) == expected, f"after {s!r}"
     force_round(spark, table)
