@@ -21,7 +21,7 @@ def run_maintenance(ctx: Context, table: str):
     """Run the managed maintenance of a tiered table now and return what each action did.
 
     Maintenance (lake compaction, lake snapshot expiry, lake orphan files,
-    stream snapshot expiry) runs inside the table's tiering assignment, so the
+    stream compaction, stream snapshot expiry, stream orphan files) runs inside the table's tiering assignment, so the
     table is made due now and the call waits (tierlake.maintenance.run-timeout)
     until a tiering job has run it after its next round. One row per action;
     a failed action has its error and the others still ran.

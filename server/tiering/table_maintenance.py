@@ -24,12 +24,24 @@ Actions, in order:
 - ``orphan_files`` of the lake: files older than an hour no snapshot
   references (it lists the table's location: when requested, else at most
   hourly per table).
+- ``stream_compaction`` (the same property and thresholds): small data files
+  of the stream bin-packed by Iceberg's ``rewriteDataFiles``. Its ``replace``
+  commit (``tierlake.maintenance = compaction``) is one planning already
+  carries: a round reads the files each append added, whatever replaced
+  them since (server/changelog/planner.py), so nothing is tiered twice or
+  lost, un-tiered rows included. Skipped while the stream has merge-on-read
+  delete files: those come from a user ``DELETE`` that fails the table, and
+  its repair (``sys.drop_stream_commit``) must see the rows as they were.
 - ``stream_expire_snapshots``: stream snapshots older than the max age whose
   commits are tiered and that neither the newest KV snapshot nor a leased
   one needs (the log-retention bound), beyond the newest ``min-retained``;
   the table's fresh view is re-pinned to the tiered position first (its
   incremental read needs the snapshot it starts after), and if that fails
   every stream snapshot is kept this time.
+- ``stream_orphan_files``: like ``orphan_files``, on the stream, for files
+  older than :data:`STREAM_ORPHAN_MIN_AGE_MS` (Iceberg's own default of 3
+  days: users' writes go to the stream, and one may still be running long
+  after its first file was written).
 """
 
 from __future__ import annotations
@@ -55,6 +67,7 @@ log = logging.getLogger("tierlake.maintenance")
 
 COMPACT_MIN_FILES = 5
 ORPHAN_MIN_AGE_MS = 3600 * 1000
+STREAM_ORPHAN_MIN_AGE_MS = 3 * 24 * 3600 * 1000
 TIERING_SUMMARY_PREFIX = "tiering."
 
 
@@ -111,6 +124,22 @@ def compact_lake(spark: Any, lake: TablePath, action: Action) -> None:
     action.detail = f"data files {files} -> {after_files}, delete files {deletes} -> {after_deletes}"
 
 
+def compact_stream(spark: Any, stream: TablePath, action: Action) -> None:
+    table = iceberg_table(spark, stream.quoted)
+    files, deletes = im.data_file_counts(table)
+    if deletes:
+        action.detail = f"skipped: {deletes} delete file(s) from a user change (see sys.drop_stream_commit)"
+        return
+    if files < COMPACT_MIN_FILES:
+        action.detail = f"skipped: {files} data file(s)"
+        return
+    done = im.compact(spark, stream.quoted, {"min-input-files": str(COMPACT_MIN_FILES)},
+                      {P.MAINTENANCE: "compaction"})
+    after_files, _ = im.data_file_counts(iceberg_table(spark, stream.quoted))
+    action.files_rewritten, action.files_added = done.files_rewritten, done.files_added
+    action.detail = f"data files {files} -> {after_files}"
+
+
 def expire_lake(spark: Any, lake: TablePath, max_age_ms: int, keep: int, action: Action) -> None:
     table = iceberg_table(spark, lake.quoted)
     cutoff = int(time.time() * 1000) - max_age_ms
@@ -121,8 +150,8 @@ def expire_lake(spark: Any, lake: TablePath, max_age_ms: int, keep: int, action:
     action.detail = f"{im.snapshot_count(iceberg_table(spark, lake.quoted))} snapshot(s) kept"
 
 
-def remove_lake_orphans(spark: Any, lake: TablePath, action: Action) -> None:
-    action.orphans_removed = im.remove_orphans(spark, lake.quoted, int(time.time() * 1000) - ORPHAN_MIN_AGE_MS)
+def remove_orphans(spark: Any, target: TablePath, min_age_ms: int, action: Action) -> None:
+    action.orphans_removed = im.remove_orphans(spark, target.quoted, int(time.time() * 1000) - min_age_ms)
 
 
 def expire_stream(spark: Any, stream: TablePath, props: dict[str, str], position: int, max_age_ms: int, keep: int,
@@ -166,9 +195,14 @@ def maintain(spark: Any, stream: TablePath, lake: TablePath, props: dict[str, st
         actions.append(_timed("compaction", lake, lambda a: compact_lake(spark, lake, a)))
     actions.append(_timed("expire_snapshots", lake, lambda a: expire_lake(spark, lake, max_age_ms, keep, a)))
     if orphans:
-        actions.append(_timed("orphan_files", lake, lambda a: remove_lake_orphans(spark, lake, a)))
+        actions.append(_timed("orphan_files", lake, lambda a: remove_orphans(spark, lake, ORPHAN_MIN_AGE_MS, a)))
+    if P.read(props, P.AUTO_COMPACTION):
+        actions.append(_timed("stream_compaction", stream, lambda a: compact_stream(spark, stream, a)))
     actions.append(_timed("stream_expire_snapshots", stream,
                           lambda a: expire_stream(spark, stream, props, position, max_age_ms, keep, a, lake)))
+    if orphans:
+        actions.append(_timed("stream_orphan_files", stream,
+                              lambda a: remove_orphans(spark, stream, STREAM_ORPHAN_MIN_AGE_MS, a)))
     return actions
 
 

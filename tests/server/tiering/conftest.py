@@ -25,7 +25,12 @@ def db(spark):
 
 
 def stream_position(spark, table: str) -> int:
-    snapshot = iceberg_table(spark, table).currentSnapshot()
+    """The newest stream commit a round has to tier: compactions (``replace``) after it carry no rows, and a
+    round does not move the tiered position onto them."""
+    stream = iceberg_table(spark, table)
+    snapshot = stream.currentSnapshot()
+    while snapshot is not None and str(snapshot.operation()) == "replace":
+        snapshot = None if snapshot.parentId() is None else stream.snapshot(snapshot.parentId())
     return 0 if snapshot is None else int(snapshot.sequenceNumber())
 
 

@@ -3,6 +3,7 @@ commits, and managed maintenance of lake and stream tables next to rounds."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -94,6 +95,15 @@ def test_maintenance_and_rounds_on_one_table_never_fail_each_other(server, worke
             appended[0] += 1
             stop.wait(0.5)
 
+    # A file no snapshot references, in the stream's data directory: removed once older than three days
+    # (a user's write could still be running before then), kept while younger.
+    stream_data = Path(str(iceberg_table(spark, f"{db}.logs").location()).removeprefix("file:")) / "data"
+    stream_data.mkdir(parents=True, exist_ok=True)
+    old_orphan, young_orphan = stream_data / "orphan-old.parquet", stream_data / "orphan-young.parquet"
+    for orphan in (old_orphan, young_orphan):
+        orphan.write_bytes(b"not referenced")
+    four_days_ago = time.time() - 4 * 24 * 3600
+    os.utime(old_orphan, (four_days_ago, four_days_ago))
     done = []
     for loop in range(3):
         for i in range(6):
@@ -113,8 +123,13 @@ def test_maintenance_and_rounds_on_one_table_never_fail_each_other(server, worke
             writer.join(timeout=60)
     assert done and all(r[10] is None for r in done), [r for r in done if r[10]]
     kinds = {r[2] for r in done}
-    assert kinds == {"compaction", "expire_snapshots", "orphan_files", "stream_expire_snapshots"}
+    assert kinds == {"compaction", "expire_snapshots", "orphan_files", "stream_compaction",
+                     "stream_expire_snapshots", "stream_orphan_files"}
     assert sum(r[5] or 0 for r in done if r[2] == "compaction") > 0  # small files were rewritten
+    for table in ("logs", "kv"):  # on the stream too
+        assert sum(r[5] or 0 for r in done if r[2] == "stream_compaction" and r[1] == f"{db}.{table}") > 0
+    assert not old_orphan.exists() and young_orphan.exists()
+    assert sum(r[8] or 0 for r in done if r[2] == "stream_orphan_files" and r[1] == f"{db}.logs") >= 1
     assert sum(r[4] or 0 for r in done if r[2] == "expire_snapshots") > 0
     assert sum(r[4] or 0 for r in done if r[2] == "stream_expire_snapshots") > 0
     # Rows reached the lake exactly once, through every compaction and expiry.

@@ -11,8 +11,11 @@ import re
 import pytest
 
 from tests.server.tiering.conftest import assign, coordinator_state, lake_summary, make_due, run
+from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.clients.procedure_client import LocalClient
+from tierlake.server.runtime import iceberg_maintenance as im
 from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.tiering import table_maintenance
 from tierlake.server.tiering.worker import Worker
 
 pytestmark = pytest.mark.integration
@@ -20,8 +23,8 @@ pytestmark = pytest.mark.integration
 EXPIRE_ALL = "older_than => TIMESTAMP '2030-01-01 00:00:00', retain_last => 1"
 
 
-def make_table(cursor, db, name, pk: bool, extra=""):
-    key = ", 'primary-key'='id', 'bucket.num'='2'" if pk else ""
+def make_table(cursor, db, name, pk: bool, extra="", buckets=2):
+    key = f", 'primary-key'='id', 'bucket.num'='{buckets}'" if pk else ""
     run(cursor, f"CREATE TABLE {db}.{name} (id BIGINT, v STRING) TBLPROPERTIES ('table.datalake.enabled'='true', "
                 f"'table.datalake.freshness'='1 h'{key}{extra})")
 
@@ -179,6 +182,48 @@ def test_stream_compaction_and_manifest_rewrites_lose_and_duplicate_nothing(serv
     rounds = run(hive_cursor, "SELECT sum(rows) FROM sys.tiering_rounds WHERE table_id = %(id)s",
                  {"id": coordinator_state(server, path).table_id})
     assert rounds[0][0] == 13  # every stream row read once: 3 + 3 rounds of 2, and 1
+
+
+@pytest.mark.parametrize("pk", [False, True], ids=["log", "pk"])
+def test_managed_stream_compaction_loses_and_duplicates_nothing(server, spark, hive_cursor, db, pk):
+    """The service's own stream compaction (table_maintenance): small files of tiered and of not yet tiered
+    commits bin-packed into one replace commit; the next rounds tier exactly the commits after the position."""
+    name, model = "mc", ({} if pk else [])
+    path, lake = f"{db}.{name}", f"{db}_lake.{name}"
+    make_table(hive_cursor, db, name, pk, buckets=1)
+    stream = TablePath(db, name)
+    write(hive_cursor, path, model, [(1, "a", "+I"), (2, "b", "+I")], pk)
+    write(hive_cursor, path, model, [(3, "c", "+I")], pk)
+    tier_ok(server, path)
+    # Not yet tiered: a key changed in three commits, whose order only the commits give.
+    write(hive_cursor, path, model, [(1, "a2", "+U"), (4, "d", "+I")], pk)
+    write(hive_cursor, path, model, [(1, "a3", "+U"), (2, None, "-D")], pk)
+    write(hive_cursor, path, model, [(1, "a4", "+U"), (5, "e", "+I")], pk)
+    files_before = im.data_file_counts(iceberg_table(spark, path))[0]
+    assert files_before >= table_maintenance.COMPACT_MIN_FILES
+
+    action = table_maintenance.Action("stream_compaction", path, started_ms=0, duration_ms=0)
+    table_maintenance.compact_stream(spark, stream, action)
+    head = iceberg_table(spark, path).currentSnapshot()
+    assert str(head.operation()) == "replace"
+    assert dict(head.summary())["tierlake.maintenance"] == "compaction"
+    assert action.files_rewritten == files_before and im.data_file_counts(iceberg_table(spark, path))[0] == 1
+    assert action.detail == f"data files {files_before} -> 1"
+
+    next_round(server, path)
+    assert lake_rows(hive_cursor, lake, pk) == expected(model, pk)
+    write(hive_cursor, path, model, [(6, "f", "+I"), (1, "a5", "+U")], pk)
+    state = next_round(server, path)
+    assert lake_rows(hive_cursor, lake, pk) == expected(model, pk)
+    assert state.tiered_position == int(iceberg_table(spark, path).currentSnapshot().sequenceNumber())
+    rounds = run(hive_cursor, "SELECT sum(rows) FROM sys.tiering_rounds WHERE table_id = %(id)s",
+                 {"id": state.table_id})
+    assert rounds[0][0] == 11  # every stream row read once: 3, 6 and 2
+
+    # Below the threshold (the compacted file and one append) the stream is left alone.
+    action = table_maintenance.Action("stream_compaction", path, started_ms=0, duration_ms=0)
+    table_maintenance.compact_stream(spark, stream, action)
+    assert action.detail.startswith("skipped: ") and not action.files_rewritten
 
 
 def calls_in(error: str) -> list[str]:
