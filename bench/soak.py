@@ -8,17 +8,26 @@ freshness (the last one with a primary key) get continuous small appends.
 Rounds alone are too slow to reach thousands of coordinator commits, so a
 driver job heartbeats directly through the procedure client: it takes
 whatever table is due (empty `beat` tables, or a stream table, handed back
-unchanged), reports it finished and makes it due again — four `sys` commits
-per cycle (assignment, finish, round history, due).
+unchanged), reports it finished and makes it due again: three `sys.tiering_tables`
+commits per cycle (assignment, finish, due; the round history is written behind
+the state, many rounds per append).
 
-At 10 %, 25 % and 100 % of `--commits` (or when `--max-minutes` ends the run)
-it reports, per `sys` state table, the bytes and files under its location,
-its snapshots and its newest metadata file; heartbeat and status-query p50
-since the previous report; each lake table's data/delete files and
-snapshots; a full scan of the first lake table. Targets: sizes at the end
-≤ 1.2× their value at 25 %, latencies at the end ≤ 1.2× their value at 10 %.
-Round history is kept `--history` (default 2 min) so the history tables
-reach their steady state within the run (the default retention is 7 days).
+Sizes are sampled every `--sample-every` commits; each report gives, per
+`sys` state table and per lake and stream table, the *peak* since the previous
+report (bytes and files under its location, snapshots, newest metadata file)
+and the value at the report: the sys tables' snapshots follow a saw-tooth
+(expired every 50 commits of a table and every housekeeping minute), so a
+single sample measures the phase of the saw-tooth, while the peak measures
+growth. Reports at 10 %, 25 % and 100 % of `--commits` (or when
+`--max-minutes` ends the run) also give heartbeat and status-query p50 since
+the previous report and a full scan of the first lake table. At the end it
+prints the targets, each with its ratio: peak sizes in the last window
+≤ 1.2× the peak in the window ending at 25 % (lake and stream bytes of log
+tables excepted: they hold the appended rows, which grow by design; their
+file and snapshot counts are held to the target), and latencies at the end
+≤ 1.2× their value at 10 %. Round history is kept `--history` (default 2
+min) so the history tables reach their steady state within the run (the
+default retention is 7 days).
 """
 
 from __future__ import annotations
@@ -42,6 +51,43 @@ def location_stats(path: str) -> dict:
             "metadata_files": len(metadata), "newest_metadata_bytes": metadata[-1].stat().st_size if metadata else 0}
 
 
+SIZE_KEYS = ("bytes", "files", "metadata_files", "newest_metadata_bytes", "snapshots", "data_files", "delete_files")
+
+
+def print_verdict(reports: list[dict], log_tables: set[str]) -> bool:
+    """Targets with their ratios: peak sizes of the last window against the
+    window ending at 25 %, latencies at the end against 10 %."""
+    if len(reports) < 3:
+        print("verdict: fewer than three reports (run stopped early): no verdict", flush=True)
+        return False
+    first, quarter, last = reports[0], reports[1], reports[-1]
+    ok, lines = True, []
+    for name, peak in sorted(last["peak"].items()):
+        base = quarter["peak"].get(name, {})
+        for key in SIZE_KEYS:
+            if key == "bytes" and name in log_tables:
+                continue  # the appended rows themselves
+            value, before = peak.get(key, 0), base.get(key, 0)
+            ratio = value / before if before else (1.0 if value == 0 else float("inf"))
+            # Counts of a few: one file more is not growth (3 -> 4 is 1.33x).
+            passed = ratio <= 1.2 or value - before <= 2
+            ok &= passed
+            if not passed or key in ("bytes", "snapshots", "newest_metadata_bytes", "data_files"):
+                lines.append(f"| {name} {key} (peak) | {before} | {value} | {ratio:.2f}× | {'✓' if passed else '✗'} |")
+    for key in ("heartbeat_p50_ms", "status_p50_ms", "full_scan_ms"):
+        value, before = last.get(key), first.get(key)
+        if value is None or not before:
+            continue
+        ratio = value / before
+        passed = ratio <= 1.2
+        ok &= passed
+        lines.append(f"| {key} | {before} | {value} | {ratio:.2f}× | {'✓' if passed else '✗'} |")
+    print("| measure | at 25 % (latencies: 10 %) | end | ratio | ≤ 1.2× |\n|---|---|---|---|---|", flush=True)
+    print("\n".join(lines), flush=True)
+    print("verdict:", "all targets met" if ok else "NOT met", flush=True)
+    return ok
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--commits", type=int, default=20000, help="coordinator (sys) commits to reach")
@@ -49,6 +95,7 @@ def main() -> None:
     parser.add_argument("--beat-tables", type=int, default=4, help="empty tables the driver job cycles")
     parser.add_argument("--max-minutes", type=float, default=600.0)
     parser.add_argument("--history", default="2 min", help="tierlake.history.retention")
+    parser.add_argument("--sample-every", type=int, default=100, help="commits between size samples")
     parser.add_argument("--out", default="soak.json")
     args = parser.parse_args()
 
@@ -57,6 +104,7 @@ def main() -> None:
                              "tierlake.tiering.poll-interval": "0.2 s"})
     spark = server.spark
     from tierlake.server.clients.procedure_client import LocalClient
+    from tierlake.server.coordinator import state_machine
     from tierlake.server.runtime import housekeeping
     from tierlake.server.runtime.session import iceberg_table
 
@@ -106,59 +154,76 @@ def main() -> None:
     start_commits = housekeeping.commits_total()
     checkpoints = [int(args.commits * f) for f in (0.10, 0.25, 1.0)]
     started = time.monotonic()
+    lakes = [name.replace("soak.", "soak_lake.") for name, _ in streams]
+    log_tables = {name for name, pk in streams if not pk} | {n.replace("soak.", "soak_lake.")
+                                                           for n, pk in streams if not pk}
+
+    def sizes() -> dict:
+        out = {}
+        for name in housekeeping.state_tables() + lakes + [n for n, _ in streams]:
+            if not spark.catalog.tableExists(name):
+                continue
+            table = iceberg_table(spark, name)
+            snap = table.currentSnapshot()
+            summary = dict(snap.summary()) if snap is not None else {}
+            out[name] = dict(location_stats(str(table.location())), snapshots=sum(1 for _ in table.snapshots()),
+                             data_files=int(summary.get("total-data-files", 0)),
+                             delete_files=int(summary.get("total-delete-files", 0)))
+        return out
+
+    peaks: dict = {}
+
+    def sample_sizes() -> dict:
+        now = sizes()
+        for name, measures in now.items():
+            peak = peaks.setdefault(name, {})
+            for key, value in measures.items():
+                peak[key] = max(peak.get(key, 0), value)
+        return now
 
     def report(label: str) -> dict:
+        now = sample_sizes()
         out = {"label": label, "commits": housekeeping.commits_total() - start_commits,
                "minutes": round((time.monotonic() - started) / 60, 1),
                "heartbeat_p50_ms": round(statistics.median(heartbeats) * 1000, 1) if heartbeats else None,
                "status_p50_ms": round(statistics.median(statuses) * 1000, 1) if statuses else None,
-               "sys": {}, "lake": {}}
-        for name in housekeeping.state_tables():
-            if spark.catalog.tableExists(name):
-                table = iceberg_table(spark, name)
-                out["sys"][name] = dict(location_stats(str(table.location())),
-                                        snapshots=sum(1 for _ in table.snapshots()))
-        for name, _ in streams:
-            lake = name.replace("soak.", "soak_lake.")
-            if spark.catalog.tableExists(lake):
-                table = iceberg_table(spark, lake)
-                snap = table.currentSnapshot()
-                summary = dict(snap.summary()) if snap is not None else {}
-                out["lake"][lake] = {"data_files": int(summary.get("total-data-files", 0)),
-                                     "delete_files": int(summary.get("total-delete-files", 0)),
-                                     "snapshots": sum(1 for _ in table.snapshots()),
-                                     **location_stats(str(table.location()))}
-        first = streams[0][0].replace("soak.", "soak_lake.")
+               "heartbeats": len(heartbeats), "status_queries": len(statuses),
+               "now": now, "peak": {k: dict(v) for k, v in peaks.items()}}
         t = time.perf_counter()
-        spark.sql(f"SELECT count(*), sum(hash(*)) FROM {first}").collect()
+        spark.sql(f"SELECT count(*), sum(hash(*)) FROM {lakes[0]}").collect()
         out["full_scan_ms"] = round((time.perf_counter() - t) * 1000, 1)
         heartbeats.clear()
         statuses.clear()
-        print(json.dumps(out), flush=True)
+        peaks.clear()
+        print(json.dumps({k: v for k, v in out.items() if k not in ("now", "peak")}), flush=True)
         reports.append(out)
         Path(args.out).write_text(json.dumps(reports, indent=1))
         return out
 
     def make_due(path: str) -> None:
+        # Straight to Pending (what the scheduler's tick does to a due table),
+        # so the next heartbeat can take it without waiting for a tick.
         def change(states, now):
             state = next((s for s in states.values() if s.path == path), None)
             if state is None or state.status.value != "Scheduled":
                 return None, False, []
-            state.next_due = now
+            state_machine.transition(state, state_machine.Status.PENDING, now)
             return None, True, []
 
         server.coordinator.mutate(change)
 
-    cycle = 0
+    cycle, next_sample = 0, args.sample_every
     while checkpoints:
         if time.monotonic() - started > args.max_minutes * 60:
             break
         _, states = server.coordinator.load()
-        if any(s.status is not None and s.status.value == "Pending" and s.path not in beats
-               for s in states.values()):
-            # A stream table is due: give the tiering worker a head start. A
-            # busy worker could not take it anyway; the driver then hands it
-            # back unchanged (a round of 0 rows) and it is due again in 1 s.
+        worker_busy = any(s.status is not None and s.status.value == "Tiering" and s.job_id != job
+                          for s in states.values())
+        if not worker_busy and any(s.status is not None and s.status.value == "Pending" and s.path not in beats
+                                   for s in states.values()):
+            # A stream table is due and the tiering worker is idle: give it a
+            # head start, or the driver would take the table and hand it back
+            # unchanged (a round of 0 rows).
             time.sleep(0.3)
         t = time.perf_counter()
         rows = client.call("heartbeat", job_id=job, request_table=True)
@@ -179,9 +244,15 @@ def main() -> None:
             t = time.perf_counter()
             spark.sql("SELECT * FROM sys.lake_tiering_status").collect()
             statuses.append(time.perf_counter() - t)
-        if housekeeping.commits_total() - start_commits >= checkpoints[0]:
+        done = housekeeping.commits_total() - start_commits
+        if done >= next_sample:
+            sample_sizes()
+            next_sample = done + args.sample_every
+        if done >= checkpoints[0]:
             report(f"{checkpoints.pop(0)} commits")
-    report("end" if not checkpoints else f"stopped by --max-minutes at {housekeeping.commits_total() - start_commits}")
+    if checkpoints:
+        report(f"stopped by --max-minutes at {housekeeping.commits_total() - start_commits}")
+    print_verdict(reports, log_tables)
     stop.set()
     writer.join(timeout=60)
     # Every appended row reached the lake exactly once.
