@@ -35,6 +35,7 @@ from tierlake.server.catalog.properties import (
     SOURCE_SNAPSHOT,
 )
 from tierlake.server.exceptions import LakeHistoryError, StreamReplacedError
+from tierlake.server.runtime.jvm import string_map
 
 log = logging.getLogger("tierlake.tiering")
 
@@ -51,11 +52,11 @@ class Registered:
 
 def summary(snapshot: Any) -> dict[str, str]:
     """An Iceberg snapshot's summary (a Java map) as a Python dict."""
-    return {str(k): str(v) for k, v in dict(snapshot.summary()).items()}
+    return string_map(snapshot.summary())
 
 
 def table_properties(table: Any) -> dict[str, str]:
-    return {str(k): str(v) for k, v in dict(table.properties()).items()}
+    return string_map(table.properties())
 
 
 def position_properties(position: int, stream_snapshot_id: int | None, stream_uuid: str | None) -> dict[str, str]:

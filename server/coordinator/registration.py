@@ -17,6 +17,7 @@ from tierlake.server.coordinator import state_machine as sm
 from tierlake.server.coordinator.coordinator import STATE_TABLE
 from tierlake.server.coordinator.state_machine import Status, TableState
 from tierlake.server.exceptions import NoSuchTableError
+from tierlake.server.runtime.jvm import string_map
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.runtime.state_table import SmallTable
 
@@ -48,8 +49,7 @@ def status_row(s: TableState) -> tuple:
 
 def iceberg_properties(spark: Any, path: TablePath) -> dict[str, str]:
     """The table's properties, read through Iceberg's API (no SQL text involved)."""
-    table = iceberg_table(spark, path.quoted)
-    return {str(k): str(v) for k, v in dict(table.properties()).items()}
+    return string_map(iceberg_table(spark, path.quoted).properties())
 
 
 def tiering_properties(all_props: dict[str, str]) -> dict[str, str]:

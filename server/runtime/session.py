@@ -24,6 +24,7 @@ from tierlake.server.runtime.javaext import (
     SECRET_AUTHENTICATOR,
     internal_jar,
 )
+from tierlake.server.runtime.jvm import jclass
 from tierlake.server.runtime.log_setup import log4j2_config
 from tierlake.server.runtime.metastore import derby_url, ensure_lock_tables, metastore_db  # noqa: F401 - derby_url: re-export
 
@@ -208,8 +209,8 @@ def iceberg_table(spark: Any, name: str) -> Any:
     Spark's V1 table instead ("V1Table(...) is not an Iceberg table").
     """
     jvm = spark.sparkContext._jvm
-    jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
-    return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)
+    jclass("org.apache.spark.sql.SparkSession", jvm).setActiveSession(spark._jsparkSession)
+    return jclass("org.apache.iceberg.spark.Spark3Util", jvm).loadIcebergTable(spark._jsparkSession, name)
 
 
 def start_metastore_service(spark: Any, config: Config, port: int) -> int:

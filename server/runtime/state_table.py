@@ -13,6 +13,7 @@ from typing import Any
 from tierlake import sql
 from tierlake.server.exceptions import ConcurrentUpdateError
 from tierlake.server.runtime import housekeeping, state_version
+from tierlake.server.runtime.jvm import jclass
 from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.coordinator")
@@ -96,8 +97,8 @@ class SmallTable:
         """tierlake's ``SmallTables`` class when it can handle ``table``, else None (Spark is used)."""
         if self._jvm_io is False:
             return None
-        io = self.spark.sparkContext._jvm.io.tierlake.internal.SmallTables
         try:
+            io = jclass("io.tierlake.internal.SmallTables", self.spark.sparkContext._jvm)
             supported = bool(io.supports(table))
         except Exception:  # noqa: BLE001 - py4j: the class is not on the driver's class path
             log.info("%s is read and written through Spark (tierlake's SmallTables class is missing)", self.name)
