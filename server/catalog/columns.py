@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tierlake.server.catalog.spec import Column, data_columns
 from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.runtime.jvm import jclass
 from tierlake.server.runtime.session import iceberg_table
 
 
 def columns_of(schema: Any) -> list[Column]:
     """A Spark schema's columns, typed with Spark SQL type text."""
     return [Column(f.name, f.dataType.simpleString()) for f in schema.fields]
+
+
+def schema_columns(spark: Any, schema: Any) -> list[Column]:
+    """An Iceberg ``Schema``'s columns typed as Spark reads them (Iceberg's own conversion, which its
+    Spark tables use): the columns of a loaded table without resolving it through Spark again."""
+    from pyspark.sql.types import StructType
+
+    struct = jclass("org.apache.iceberg.spark.SparkSchemaUtil", spark.sparkContext._jvm).convert(schema)
+    return columns_of(StructType.fromJson(json.loads(struct.json())))
 
 
 def table_columns(spark: Any, table: TablePath) -> list[Column]:
@@ -23,7 +34,10 @@ def lake_columns(spark: Any, stream: TablePath) -> list[Column]:
     return data_columns(table_columns(spark, stream))
 
 
-def bucket_field(spark: Any, table: TablePath) -> str | None:
-    """The partition field of the table's ``bucket(…)`` transform (primary-key stream tables have one)."""
-    return next((str(f.name()) for f in iceberg_table(spark, table.quoted).spec().fields()
+def bucket_field(spark: Any, table: TablePath, loaded: Any = None) -> str | None:
+    """The partition field of the table's ``bucket(…)`` transform (primary-key stream tables have one).
+
+    ``loaded``: the Iceberg table already loaded (else it is loaded here)."""
+    loaded = loaded if loaded is not None else iceberg_table(spark, table.quoted)
+    return next((str(f.name()) for f in loaded.spec().fields()
                  if str(f.transform().toString()).startswith("bucket")), None)

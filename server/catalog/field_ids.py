@@ -16,11 +16,15 @@ from typing import Any
 from tierlake.server.catalog.properties import LAKE_FIELD_IDS
 from tierlake.server.catalog.spec import CHANGE_TYPE
 from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.runtime.jvm import is_java, jclass
 from tierlake.server.runtime.session import iceberg_table
 
 
 def schema_fields(schema: Any) -> dict[int, str]:
     """An Iceberg ``Schema``'s top-level columns: ``{field id: name}``."""
+    if is_java(schema):  # as one JSON text: a round trip, not three per column
+        parsed = json.loads(str(jclass("org.apache.iceberg.SchemaParser").toJson(schema)))
+        return {int(f["id"]): str(f["name"]) for f in parsed["fields"]}
     return {int(f.fieldId()): str(f.name()) for f in schema.columns()}
 
 
@@ -32,10 +36,19 @@ def stream_fields(spark: Any, stream: TablePath) -> dict[int, str]:
 
 def read(table: Any) -> dict[int, str] | None:
     """The lake (or KV) Iceberg table's recorded mapping; None when it has none (created before it existed)."""
-    text = dict(table.properties()).get(LAKE_FIELD_IDS)
+    return decode(read_text(table))
+
+
+def read_text(table: Any) -> str | None:
+    """The recorded mapping as stored (one lookup in the Java map, not a copy of every property)."""
+    text = table.properties().get(LAKE_FIELD_IDS)
+    return None if text is None else str(text)
+
+
+def decode(text: str | None) -> dict[int, str] | None:
     if not text:
         return None
-    return {int(fid): str(name) for fid, name in json.loads(str(text)).items()}
+    return {int(fid): str(name) for fid, name in json.loads(text).items()}
 
 
 def encode(mapping: dict[int, str]) -> str:

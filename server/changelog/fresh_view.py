@@ -5,8 +5,11 @@ views").
 
 The view is plain SQL with literals: the lake snapshot it reads and the
 position after which it reads the stream. Both are taken from one lake
-snapshot (its ``tiering.source-position``), and the view is re-created after
-every lake commit (:func:`after_lake_commit`, called by the round). Spark
+snapshot (its ``tiering.source-position``), and the view is re-created once
+per round, after the round's last lake commit (:func:`after_lake_commit`,
+called by the round; the pins a round of several commits skips between
+them were each as exact as the one it keeps, only reading more of the
+stream). Spark
 resolves the view by its metastore text, which one metastore update replaces
 (:func:`sync_metastore_text`), so a query resolves either the old pair or the
 new one; each pair alone counts every committed change
@@ -34,7 +37,7 @@ import logging
 from typing import Any
 
 from tierlake import sql
-from tierlake.server.catalog.columns import columns_of
+from tierlake.server.catalog.columns import schema_columns
 from tierlake.server.catalog.properties import FRESH_VIEW_PROPERTY
 from tierlake.server.catalog.spec import CHANGE_TYPE, TieredSpec
 from tierlake.server.catalog.table_path import TablePath
@@ -42,6 +45,7 @@ from tierlake.server.catalog.tiered_tables import suffixed_path
 from tierlake.server.changelog.planner import lake_position
 from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.javaext import INCREMENTAL_CATALOG_NAME
+from tierlake.server.runtime.jvm import jclass, string_map
 from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.fresh")
@@ -58,7 +62,11 @@ def fresh_path(config: Config | None, stream: TablePath) -> TablePath:
 
 
 def _properties(spark: Any, stream: TablePath) -> dict[str, str]:
-    return {str(k): str(v) for k, v in dict(iceberg_table(spark, stream.quoted).properties()).items()}
+    return _table_properties(iceberg_table(spark, stream.quoted))
+
+
+def _table_properties(table: Any) -> dict[str, str]:
+    return string_map(table.properties())
 
 
 def view_of(spark: Any, stream: TablePath) -> TablePath | None:
@@ -86,26 +94,32 @@ def has_incremental_catalog(spark: Any) -> bool:
     return bool(spark.conf.get(f"spark.sql.catalog.{INCREMENTAL_CATALOG_NAME}", None))
 
 
-def render(spark: Any, stream: TablePath, lake: TablePath, view: TablePath, incremental: bool = True) -> str:
+def render(spark: Any, stream: TablePath, lake: TablePath, view: TablePath, incremental: bool = True,
+           tables: Any = None) -> str:
     """The ``CREATE OR REPLACE VIEW`` statement pinned to the lake's current snapshot.
 
     ``incremental``: read the stream after the snapshot at the position when
-    there is one (else, or with False, scan every stream file)."""
-    props = _properties(spark, stream)
-    stream_schema = spark.table(stream.quoted).schema
-    spec = TieredSpec.from_properties(props, columns_of(stream_schema))
-    lake_table = iceberg_table(spark, lake.quoted)
+    there is one (else, or with False, scan every stream file).
+    ``tables``: a round's tables (server/changelog/round_tables.py), used as
+    they are (the caller refreshed them); without them both are loaded here."""
+    if tables is not None:
+        stream_table, lake_table, props = tables.stream_table, tables.lake_table, tables.stream_properties
+    else:
+        stream_table, lake_table = iceberg_table(spark, stream.quoted), iceberg_table(spark, lake.quoted)
+        props = _table_properties(stream_table)
+    stream_columns_now = schema_columns(spark, stream_table.schema())
+    spec = TieredSpec.from_properties(props, stream_columns_now)
     snapshot = lake_table.currentSnapshot()
     snapshot_id = None if snapshot is None else int(snapshot.snapshotId())
     position = lake_position(lake_table)[0] if snapshot is not None else 0
-    start = incremental_start(iceberg_table(spark, stream.quoted), position) if incremental else None
-    # The lake's columns, read at that snapshot's schema; the stream column of
-    # the same name carries each (a rename reaches the lake at the next round).
-    lake_frame = spark.read.format("iceberg")
-    if snapshot_id is not None:
-        lake_frame = lake_frame.option("snapshot-id", str(snapshot_id))
-    columns = columns_of(lake_frame.load(lake.quoted).schema)
-    stream_names = {f.name.lower(): f.name for f in stream_schema.fields if f.name.lower() != CHANGE_TYPE}
+    start = incremental_start(stream_table, position) if incremental else None
+    # The lake's columns, read at that snapshot's schema (what a read of the
+    # snapshot sees: Iceberg's schemaFor); the stream column of the same name
+    # carries each (a rename reaches the lake at the next round).
+    schema = lake_table.schema() if snapshot_id is None else \
+        jclass("org.apache.iceberg.util.SnapshotUtil", spark.sparkContext._jvm).schemaFor(lake_table, snapshot_id)
+    columns = schema_columns(spark, schema)
+    stream_names = {c.name.lower(): c.name for c in stream_columns_now if c.name.lower() != CHANGE_TYPE}
     stream_columns = [stream_names.get(c.name.lower()) for c in columns]
     comment = COMMENT.format(stream=stream, lake=lake, snapshot=snapshot_id, position=position)
     after = None if start is None else [INCREMENTAL_CATALOG_NAME, stream.database, stream.table, f"after_{start}"]
@@ -129,13 +143,15 @@ def sync_metastore_text(spark: Any, view: TablePath) -> None:
     One metastore update: a query resolves the old text or the new one."""
     jvm = spark.sparkContext._jvm
     gateway = spark.sparkContext._gateway
-    namespace = gateway.new_array(jvm.java.lang.String, 1)
+    namespace = gateway.new_array(jclass("java.lang.String", jvm), 1)
     namespace[0] = view.database
     catalog = spark._jsparkSession.sessionState().catalogManager().catalog("spark_catalog")
-    text = catalog.loadView(jvm.org.apache.spark.sql.connector.catalog.Identifier.of(namespace, view.table)).query()
-    hive_conf = jvm.java.lang.Class.forName("org.apache.hadoop.hive.conf.HiveConf")
-    client = jvm.org.apache.hadoop.hive.metastore.HiveMetaStoreClient(
-        jvm.org.apache.hadoop.hive.conf.HiveConf(spark._jsc.hadoopConfiguration(), hive_conf))
+    identifier = jclass("org.apache.spark.sql.connector.catalog.Identifier", jvm).of(namespace, view.table)
+    text = catalog.loadView(identifier).query()
+    hive_conf_class = jclass("org.apache.hadoop.hive.conf.HiveConf", jvm)
+    hive_conf = jclass("java.lang.Class", jvm).forName("org.apache.hadoop.hive.conf.HiveConf")
+    client = jclass("org.apache.hadoop.hive.metastore.HiveMetaStoreClient", jvm)(
+        hive_conf_class(spark._jsc.hadoopConfiguration(), hive_conf))
     try:
         table = client.getTable(view.database, view.table)
         if table.getViewExpandedText() != text or table.getViewOriginalText() != text:
@@ -146,20 +162,20 @@ def sync_metastore_text(spark: Any, view: TablePath) -> None:
         client.close()
 
 
-def _create_view(spark: Any, stream: TablePath, lake: TablePath, view: TablePath) -> None:
+def _create_view(spark: Any, stream: TablePath, lake: TablePath, view: TablePath, tables: Any = None) -> None:
     """(Re-)create ``view``: incremental when the session can; the full scan if that fails
     (the view's rows are the same either way, only its cost differs)."""
     statement = None
     if has_incremental_catalog(spark):
         try:
-            statement = render(spark, stream, lake, view)
+            statement = render(spark, stream, lake, view, tables=tables)
             spark.sql(statement)
         except Exception:  # retried with the full scan below
             log.warning("could not create %s with an incremental read of %s; scanning it in full", view, stream,
                         exc_info=True)
             statement = None
     if statement is None:
-        spark.sql(render(spark, stream, lake, view, incremental=False))
+        spark.sql(render(spark, stream, lake, view, incremental=False, tables=tables))
     sync_metastore_text(spark, view)
 
 
@@ -174,19 +190,28 @@ def create(spark: Any, config: Config | None, stream: TablePath, lake: TablePath
     return view
 
 
-def refresh(spark: Any, stream: TablePath, lake: TablePath) -> None:
-    """Re-pin the stream's fresh view (if it has one) to the lake's current snapshot."""
-    view = view_of(spark, stream)
+def refresh(spark: Any, stream: TablePath, lake: TablePath, tables: Any = None) -> None:
+    """Re-pin the stream's fresh view (if it has one) to the lake's current snapshot.
+
+    ``tables``: a round's tables (server/changelog/round_tables.py), refreshed
+    here: the view property as it is now (a view dropped meanwhile is not
+    brought back), the lake's newest commit."""
+    if tables is None:
+        view = view_of(spark, stream)
+    else:
+        name = tables.fresh_stream().properties().get(FRESH_VIEW_PROPERTY)
+        view = TablePath(*str(name).split(".", 1)) if name else None
+        tables.fresh_lake()
     if view is not None:
-        _create_view(spark, stream, lake, view)
+        _create_view(spark, stream, lake, view, tables)
 
 
 def after_lake_commit(spark: Any, plan: Any) -> None:
-    """The round's hook after each lake commit: never fails the round (the
+    """The round's hook after its last lake commit: never fails the round (the
     old view stays correct, it only reads more of the stream; stream snapshot
     expiry re-pins it before it could remove what the old view reads)."""
     try:
-        refresh(spark, plan.stream, plan.lake)
+        refresh(spark, plan.stream, plan.lake, getattr(plan, "tables", None))
     except Exception:  # see the docstring
         log.warning("could not refresh the fresh view of %s", plan.stream, exc_info=True)
 

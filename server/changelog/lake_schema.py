@@ -22,14 +22,16 @@ schema: older names, no later columns, no ``_change_type`` added by
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from tierlake import sql
 from tierlake.server.catalog import field_ids
-from tierlake.server.catalog.columns import lake_columns, table_columns
+from tierlake.server.catalog.columns import lake_columns, schema_columns
 from tierlake.server.catalog.properties import LAKE_FIELD_IDS
-from tierlake.server.catalog.spec import CHANGE_TYPE, Column, TieredSpec
+from tierlake.server.catalog.spec import CHANGE_TYPE, Column, TieredSpec, data_columns
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.exceptions import TieringGuardError
 from tierlake.server.runtime.session import iceberg_table
@@ -54,9 +56,12 @@ def stream_carried(spark: Any, stream: TablePath) -> list[Carried]:
     return [Carried(c.name, c.type, ids.get(c.name.lower())) for c in lake_columns(spark, stream)]
 
 
-def change_type_column(spark: Any, stream: TablePath) -> Carried:
-    """The stream's ``_change_type``; its field id is None while no schema has it."""
-    fields = field_ids.schema_fields(iceberg_table(spark, stream.quoted).schema())
+def change_type_column(spark: Any, stream: TablePath, table: Any = None) -> Carried:
+    """The stream's ``_change_type``; its field id is None while no schema has it.
+
+    ``table``: the stream's Iceberg table already loaded (else it is loaded here)."""
+    table = table if table is not None else iceberg_table(spark, stream.quoted)
+    fields = field_ids.schema_fields(table.schema())
     return Carried(CHANGE_TYPE, "string", next((fid for fid, n in fields.items() if n.lower() == CHANGE_TYPE), None))
 
 
@@ -90,30 +95,87 @@ def project(frame: Any, fields: dict[int, str], columns: list[Carried]) -> Any:
     return frame.select(*out, F.col("_file"), F.col("_pos"))
 
 
-def sync_lake_schema(spark: Any, stream: TablePath, lake: TablePath) -> list[Carried]:
+# The answers of syncs that changed nothing, by everything a sync reads (see _sync_key): a round
+# whose stream and lake schemas did not change since an earlier round asks nothing more.
+_SYNCED: OrderedDict[tuple, tuple[Carried, ...]] = OrderedDict()
+_SYNCED_LOCK = threading.Lock()
+SYNCED_MAX = 4096  # tables; least recently synced forgotten first
+
+
+def sync_lake_schema(spark: Any, stream: TablePath, lake: TablePath, tables: Any = None) -> list[Carried]:
     """Bring ``lake`` (a lake or KV table) up to the stream's columns; the columns a write fills.
 
     See the module docstring for the rules. A lake column that carries no
     stream column (dropped from the stream, or added or renamed in the lake
     table by hand) is NULL in the rows written from then on.
+
+    ``tables``: the round's loaded tables (server/changelog/round_tables.py);
+    without them both tables are loaded here. A sync that found nothing to
+    change is remembered by its inputs (:func:`_sync_key`), and the next one
+    with the same inputs answers from memory.
     """
-    fields = field_ids.stream_fields(spark, stream)
-    stream_types = {c.name.lower(): c.type for c in lake_columns(spark, stream)}
-    table = iceberg_table(spark, lake.quoted)
-    lake_cols = {c.name.lower(): c for c in table_columns(spark, lake)}
-    recorded = field_ids.read(table)
+    if tables is not None and tables.lake == lake:
+        stream_table, lake_table, props = tables.stream_table, tables.lake_table, tables.stream_properties
+    else:
+        stream_table, lake_table = iceberg_table(spark, stream.quoted), iceberg_table(spark, lake.quoted)
+        props = {str(k): str(v) for k, v in dict(stream_table.properties()).items()}
+    spec = TieredSpec.from_properties(props)
+    recorded_text = field_ids.read_text(lake_table)
+    key = _sync_key(stream_table, lake_table, recorded_text, spec)
+    with _SYNCED_LOCK:
+        known = _SYNCED.get(key)
+        if known is not None:
+            _SYNCED.move_to_end(key)
+            return list(known)
+    columns, changed = _sync(spark, stream, lake, stream_table, lake_table, recorded_text, spec)
+    if not changed:
+        with _SYNCED_LOCK:
+            _SYNCED[key] = tuple(columns)
+            while len(_SYNCED) > SYNCED_MAX:
+                _SYNCED.popitem(last=False)
+    return columns
+
+
+def _sync_key(stream_table: Any, lake_table: Any, recorded_text: str | None, spec: TieredSpec) -> tuple:
+    """Everything :func:`_sync` reads: both tables' identity and current schema (a schema id names
+    one schema of a table for good), the lake's recorded field ids, the key and sequence-by columns."""
+    return (str(stream_table.uuid()), int(stream_table.schema().schemaId()), str(lake_table.uuid()),
+            int(lake_table.schema().schemaId()), recorded_text, tuple(spec.primary_key), spec.sequence_by)
+
+
+def clear_sync_cache() -> None:
+    """Forget every remembered sync (tests)."""
+    with _SYNCED_LOCK:
+        _SYNCED.clear()
+
+
+def _sync(spark: Any, stream: TablePath, lake: TablePath, stream_table: Any, lake_table: Any,
+          recorded_text: str | None, spec: TieredSpec) -> tuple[list[Carried], bool]:
+    """:func:`sync_lake_schema` from the loaded tables: the columns, and whether it committed anything.
+
+    Everything is read from ``stream_table`` and ``lake_table`` (the objects
+    the cache key was taken from), never from a newer load, so an answer is
+    remembered under the inputs that produced it."""
+    fields = {fid: name for fid, name in field_ids.schema_fields(stream_table.schema()).items()
+              if name.lower() != CHANGE_TYPE}
+    stream_types = {c.name.lower(): c.type for c in data_columns(schema_columns(spark, stream_table.schema()))}
+    lake_cols = {c.name.lower(): c for c in schema_columns(spark, lake_table.schema())}
+    initial = field_ids.decode(recorded_text)
+    recorded = initial
     if recorded is None:  # a lake table from before field ids were recorded: same name, same column
         recorded = {fid: lake_cols[name.lower()].name for fid, name in fields.items() if name.lower() in lake_cols}
     # A lake column dropped or renamed by hand carries nothing any more.
     mapping = {fid: name for fid, name in recorded.items() if name.lower() in lake_cols}
-    _check_key_columns(spark, stream, fields, mapping)
+    _check_key_columns(stream, spec, fields, mapping)
+    changed = False
 
     renames = _plan_renames(stream, lake, fields, mapping, set(lake_cols))
     if renames or mapping != recorded:
-        _rename(table, renames, mapping)
+        _rename(lake_table, renames, mapping)  # through lake_table: its next read sees the commit
+        changed = True
         if renames:
             log.info("renamed columns %s of lake table %s", renames, lake)
-            lake_cols = {c.name.lower(): c for c in table_columns(spark, lake)}
+            lake_cols = {c.name.lower(): c for c in schema_columns(spark, lake_table.schema())}
 
     missing: list[Column] = []
     for fid, name in fields.items():
@@ -132,7 +194,9 @@ def sync_lake_schema(spark: Any, stream: TablePath, lake: TablePath) -> list[Car
     if missing:
         spark.sql(sql.render_checked(T_ADD_COLUMNS, table=[lake.database, lake.table], columns=missing))
         log.info("added columns %s to lake table %s", [c.name for c in missing], lake)
-        lake_cols = {c.name.lower(): c for c in table_columns(spark, lake)}
+        changed = True
+        lake_table.refresh()  # committed by Spark SQL, which lake_table does not see
+        lake_cols = {c.name.lower(): c for c in schema_columns(spark, lake_table.schema())}
 
     for fid, name in fields.items():
         current = lake_cols[mapping[fid].lower()]
@@ -142,19 +206,18 @@ def sync_lake_schema(spark: Any, stream: TablePath, lake: TablePath) -> list[Car
                 f"lake table {lake}; change the lake table's column type (ALTER TABLE {lake} ALTER COLUMN "
                 f"{current.name} TYPE {stream_types[name.lower()]}) if Iceberg allows the promotion, then "
                 f"CALL sys.retry_tiering('{stream}')")
-    if field_ids.read(iceberg_table(spark, lake.quoted)) != mapping:
-        iceberg_table(spark, lake.quoted).updateProperties().set(LAKE_FIELD_IDS, field_ids.encode(mapping)).commit()
+    if (field_ids.read(lake_table) if changed else initial) != mapping:
+        lake_table.updateProperties().set(LAKE_FIELD_IDS, field_ids.encode(mapping)).commit()
+        changed = True
 
     # Every lake column is written (Spark's INSERT and MERGE need them all):
     # one that carries no stream column now gets NULL.
     carried = {name.lower(): fid for fid, name in mapping.items() if fid in fields}
-    return [Carried(c.name, c.type, carried.get(c.name.lower())) for c in lake_cols.values()]
+    return [Carried(c.name, c.type, carried.get(c.name.lower())) for c in lake_cols.values()], changed
 
 
-def _check_key_columns(spark: Any, stream: TablePath, fields: dict[int, str], mapping: dict[int, str]) -> None:
+def _check_key_columns(stream: TablePath, spec: TieredSpec, fields: dict[int, str], mapping: dict[int, str]) -> None:
     """Key and ``sequence-by`` columns are named in the stream's properties: they cannot follow a rename."""
-    props = {str(k): str(v) for k, v in dict(iceberg_table(spark, stream.quoted).properties()).items()}
-    spec = TieredSpec.from_properties(props)
     names = {n.lower() for n in fields.values()}
     for key in [*spec.primary_key, *([spec.sequence_by] if spec.sequence_by else [])]:
         if key in names:

@@ -27,6 +27,7 @@ from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.changelog import lake_schema, validation
 from tierlake.server.changelog.lake_schema import Carried
 from tierlake.server.changelog.planner import Chunk
+from tierlake.server.runtime.jvm import jclass
 from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.tiering")
@@ -68,13 +69,13 @@ def with_commit_properties(spark: Any, properties: dict[str, str], fn: Callable[
     gateway = spark.sparkContext._gateway
     ensure_callback_server_started(gateway)
     jvm = spark.sparkContext._jvm
-    props = jvm.java.util.HashMap()
+    props = jclass("java.util.HashMap", jvm)()
     for key, value in properties.items():
         props.put(key, value)
     callable_ = _Callable(fn)
     try:
-        jvm.org.apache.iceberg.spark.CommitMetadata.withCommitProperties(
-            props, callable_, jvm.java.lang.Class.forName("java.lang.RuntimeException")
+        jclass("org.apache.iceberg.spark.CommitMetadata", jvm).withCommitProperties(
+            props, callable_, jclass("java.lang.Class", jvm).forName("java.lang.RuntimeException")
         )
     except Exception:
         if callable_.error is not None:
@@ -82,13 +83,14 @@ def with_commit_properties(spark: Any, properties: dict[str, str], fn: Callable[
         raise
 
 
-def sync_lake_schema(spark: Any, stream: TablePath, lake: TablePath) -> list[Carried]:
+def sync_lake_schema(spark: Any, stream: TablePath, lake: TablePath, tables: Any = None) -> list[Carried]:
     """Carry the stream's added, renamed and dropped columns to the lake (or KV)
-    table (:mod:`~tierlake.server.changelog.lake_schema`); the columns a write fills."""
-    return lake_schema.sync_lake_schema(spark, stream, lake)
+    table (:mod:`~tierlake.server.changelog.lake_schema`); the columns a write fills.
+    ``tables``: the round's loaded tables (server/changelog/round_tables.py)."""
+    return lake_schema.sync_lake_schema(spark, stream, lake, tables)
 
 
-def _changes(spark: Any, stream: TablePath, changes: Chunk, columns: list[Carried]) -> Any:
+def _changes(spark: Any, stream: TablePath, changes: Chunk, columns: list[Carried], table: Any = None) -> Any:
     """The stream rows committed in ``changes`` as ``columns`` (by field id), with their ``_file`` and ``_pos``.
 
     Each append's own data files are read (Iceberg's incremental append scan
@@ -99,8 +101,15 @@ def _changes(spark: Any, stream: TablePath, changes: Chunk, columns: list[Carrie
     read at itself, with its schema; projecting by field id gives every part
     the current columns (NULL where the read schema lacks them) under the
     lake's names.
+
+    ``table``: the stream table as the round planned it (loaded here if None).
+    A snapshot's schema never changes; for the incremental read, which uses
+    the schema the stream has when the frame is made, its current schema is
+    used only if the frame's columns are exactly its columns (names, in
+    order), else the table is loaded again: a rename or drop since the plan
+    cannot map a field id onto another column's values.
     """
-    table = iceberg_table(spark, stream.quoted)
+    table = table if table is not None else iceberg_table(spark, stream.quoted)
     start, end, parts = changes.start_snapshot_id, changes.end_snapshot_id, []
     if start is None:
         start = changes.commits[0].snapshot_id if changes.commits else end
@@ -109,14 +118,17 @@ def _changes(spark: Any, stream: TablePath, changes: Chunk, columns: list[Carrie
     if start != end:
         frame = (spark.read.format("iceberg").option("start-snapshot-id", str(start))
                  .option("end-snapshot-id", str(end)).load(stream.quoted))
-        parts.append(lake_schema.project(frame, lake_schema.read_fields(table, None), columns))
+        fields = lake_schema.read_fields(table, None)
+        if list(fields.values()) != frame.columns:
+            fields = lake_schema.read_fields(iceberg_table(spark, stream.quoted), None)
+        parts.append(lake_schema.project(frame, fields, columns))
     out = parts[0]
     for part in parts[1:]:
         out = out.unionByName(part)
     return out
 
 
-def _files_statement(spark: Any, stream: TablePath, changes: Chunk) -> str:
+def _files_statement(spark: Any, stream: TablePath, changes: Chunk, table: Any = None) -> str:
     """``stream_files`` for the chunk: the data files its appends added, with their sequence numbers.
 
     Read as of the chunk's end snapshot (later commits, a compaction during
@@ -126,7 +138,7 @@ def _files_statement(spark: Any, stream: TablePath, changes: Chunk) -> str:
     """
     entries = [stream.database, stream.table, "all_entries" if changes.rewritten else "entries"]
     return sql.render_checked(
-        T_STREAM_FILES, entries=entries, bucket_field=bucket_field(spark, stream),
+        T_STREAM_FILES, entries=entries, bucket_field=bucket_field(spark, stream, table),
         version=None if changes.rewritten else changes.end_snapshot_id,
         snapshot_ids=changes.snapshot_ids if changes.rewritten else None)
 
@@ -143,8 +155,9 @@ class ChangelogWrite:
     """
 
     def __init__(self, spark: Any, stream: TablePath, spec: TieredSpec, target: list[str], changes: Chunk,
-                 columns: list[Carried] | None = None, view_prefix: str = "__tierlake"):
+                 columns: list[Carried] | None = None, view_prefix: str = "__tierlake", stream_table: Any = None):
         self.spark, self.stream, self.spec, self.target, self.changes = spark, stream, spec, target, changes
+        self.stream_table = stream_table  # the round's (server/changelog/round_tables.py); None: loaded here
         # A round fixes its columns once (sync_lake_schema's answer): a column
         # added to the stream mid-round is synced by the next one.
         self.carried = columns if columns is not None else lake_schema.stream_carried(spark, stream)
@@ -166,14 +179,16 @@ class ChangelogWrite:
 
     def _prepare(self) -> None:
         spark, stream, changes = self.spark, self.stream, self.changes
-        carried = self.carried + ([lake_schema.change_type_column(spark, stream)] if self.spec.is_primary_key else [])
-        _changes(spark, stream, changes, carried).createOrReplaceTempView(self.delta_view)
+        table = self.stream_table if self.stream_table is not None else iceberg_table(spark, stream.quoted)
+        carried = self.carried + ([lake_schema.change_type_column(spark, stream, table)]
+                                  if self.spec.is_primary_key else [])
+        _changes(spark, stream, changes, carried, table).createOrReplaceTempView(self.delta_view)
         if not self.spec.is_primary_key:
             self.statement = sql.render_checked(T_LOG_APPEND, target=self.target, delta=self.delta_view,
                                                 columns=self.columns)
             return
         spark.sql(
-            _files_statement(spark, stream, changes),
+            _files_statement(spark, stream, changes, table),
             args={"start_position": changes.start_position, "end_position": changes.end_position},
         ).createOrReplaceTempView(self.files_view)
         validation.check_changes(spark, stream, self.spec, self.delta_view, self.files_view, self.columns)

@@ -9,7 +9,10 @@ checked once more just before it, through the coordinator.
 
 The steps of a round, in order (:func:`run_round`): sync the lake schema →
 open the branch → per chunk: write it to the branch, quality gate, check the
-epoch, fast-forward ``main`` → drop the branch → warn-mode quality check.
+epoch, fast-forward ``main`` → drop the branch → re-pin the fresh view →
+warn-mode quality check. Every step reads the stream and lake tables the
+plan loaded (:mod:`tierlake.server.changelog.round_tables`), refreshing the
+lake where it decides on ``main`` or the branch.
 The fault points (``after-plan``, ``during-write``, ``before-commit``,
 ``after-lake-commit``) name where the crash-safety tests kill a worker.
 """
@@ -28,10 +31,11 @@ from tierlake.server.changelog import fresh_view, lake_write
 from tierlake.server.changelog.lake_schema import Carried
 from tierlake.server.changelog.planner import SOURCE_POSITION, SOURCE_SNAPSHOT, Chunk, Plan
 from tierlake.server.changelog.positions import position_properties
+from tierlake.server.changelog.round_tables import RoundTables
 from tierlake.server.exceptions import FencedEpochError
 from tierlake.server.quality.gate import QualityGate
 from tierlake.server.runtime import faults
-from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.runtime.jvm import string_list
 from tierlake.server.tiering import snapshot_split
 
 log = logging.getLogger("tierlake.tiering")
@@ -82,10 +86,10 @@ def run_round(
     result = RoundResult(end_position=plan.lake_position)
     if plan.empty:
         return result
-    columns = lake_write.sync_lake_schema(spark, plan.stream, plan.lake)
+    columns = lake_write.sync_lake_schema(spark, plan.stream, plan.lake, _tables(spark, plan))
     branch = open_branch(spark, plan, table_id, epoch)
     gate = QualityGate(spark, plan, table_id, epoch)  # table.datalake.quality (server/quality/gate.py)
-    branch_dropped = False
+    branch_dropped = published = False
     try:
         chunks = plan.chunks(chunk_rows)
         for index, chunk in enumerate(chunks):
@@ -96,7 +100,7 @@ def run_round(
             last = index == len(chunks) - 1 or time.monotonic() - started >= max_duration_s
             fast_forward(spark, plan, branch, epoch, drop_branch=last,
                          recorded=position_properties(chunk.end_position, chunk.end_snapshot_id, plan.stream_uuid))
-            fresh_view.after_lake_commit(spark, plan)  # re-pin the fresh view to the new lake snapshot
+            published = True
             branch_dropped = last
             point("after-lake-commit")
             result.add(chunk)
@@ -108,13 +112,26 @@ def run_round(
     finally:
         if not branch_dropped:
             drop_branch(spark, plan, branch)
+        if published:
+            # Once per round, after its last lake commit (also one that a later chunk's failure
+            # follows): every pin the view ever had is exact on its own (server/changelog/fresh_view.py),
+            # an older one only reads more of the stream, so the pins between two commits of one
+            # round were never needed.
+            fresh_view.after_lake_commit(spark, plan)
     gate.after_round(result.commits, result.end_position)  # warn mode: validate what was published
     return result
 
 
+def _tables(spark: Any, plan: Plan) -> RoundTables:
+    if plan.tables is None:  # a plan built by hand (tests)
+        plan.tables = RoundTables(spark, plan.stream, plan.lake)
+    return plan.tables
+
+
 def open_branch(spark: Any, plan: Plan, table_id: int, epoch: int) -> str:
     """Create the round's branch exactly where the plan found ``main``; fenced if ``main`` moved."""
-    lake = iceberg_table(spark, plan.lake.quoted)
+    tables = _tables(spark, plan)
+    lake = tables.fresh_lake()  # the refs as they are now, as a fresh load would show them
     branch = f"{BRANCH_PREFIX}{table_id}_{epoch}_{uuid.uuid4().hex[:8]}"
     _drop_stale_branches(lake, table_id)
     manage = lake.manageSnapshots()
@@ -123,7 +140,7 @@ def open_branch(spark: Any, plan: Plan, table_id: int, epoch: int) -> str:
     # On a lake whose main had no snapshot when planned, createBranch bases
     # the branch on whatever main is *now*; the fast-forward CAS only holds if
     # the branch starts exactly where the plan did.
-    current = iceberg_table(spark, plan.lake.quoted)
+    current = tables.fresh_lake()
     base = current.snapshot(branch)
     if plan.lake_snapshot_id is None:
         # Iceberg gives a branch made on an empty table an empty root snapshot
@@ -134,7 +151,7 @@ def open_branch(spark: Any, plan: Plan, table_id: int, epoch: int) -> str:
     else:
         moved = base is None or int(base.snapshotId()) != plan.lake_snapshot_id
     if moved:
-        iceberg_table(spark, plan.lake.quoted).manageSnapshots().removeBranch(branch).commit()
+        tables.fresh_lake().manageSnapshots().removeBranch(branch).commit()
         raise FencedEpochError(
             f"lake table {plan.lake} changed since this round (epoch {epoch}) was planned; "
             "another worker committed first, this round's writes are discarded"
@@ -163,7 +180,8 @@ def write_chunk(spark: Any, plan: Plan, chunk: Chunk, branch: str, columns: list
         point("during-write")
         snapshot_split.write_split(spark, plan, chunk.snapshot, target, properties)
         return
-    with lake_write.ChangelogWrite(spark, plan.stream, plan.spec, target, chunk, columns) as write:
+    with lake_write.ChangelogWrite(spark, plan.stream, plan.spec, target, chunk, columns,
+                                   stream_table=_tables(spark, plan).stream_table) as write:
         point("after-plan")
         point("during-write")
         write.commit(properties)
@@ -177,7 +195,9 @@ def fast_forward(spark: Any, plan: Plan, branch: str, epoch: int, drop_branch: b
     tiered position, which snapshot expiry cannot remove: server/changelog/positions.py).
     """
     try:
-        transaction = iceberg_table(spark, plan.lake.quoted).newTransaction()
+        # Refreshed: the branch's new snapshot was committed by Spark SQL, which the round's table
+        # object does not see; main as it is now is what the fast-forward checks its ancestry against.
+        transaction = _tables(spark, plan).fresh_lake().newTransaction()
         manage = transaction.manageSnapshots().fastForwardBranch("main", branch)
         if drop_branch:
             manage = manage.removeBranch(branch)  # one metadata commit instead of two
@@ -200,7 +220,7 @@ def fast_forward(spark: Any, plan: Plan, branch: str, epoch: int, drop_branch: b
 def drop_branch(spark: Any, plan: Plan, branch: str) -> None:
     """Best effort, after a round that did not publish its last chunk."""
     try:
-        iceberg_table(spark, plan.lake.quoted).manageSnapshots().removeBranch(branch).commit()
+        _tables(spark, plan).fresh_lake().manageSnapshots().removeBranch(branch).commit()
     except Exception:
         log.warning("could not drop branch %s of %s", branch, plan.lake, exc_info=True)
 
@@ -208,7 +228,7 @@ def drop_branch(spark: Any, plan: Plan, branch: str) -> None:
 def _drop_stale_branches(lake: Any, table_id: int) -> None:
     """Branches of earlier, crashed rounds (their data never reached main)."""
     prefix = f"{BRANCH_PREFIX}{table_id}_"
-    stale = [str(name) for name in lake.refs().keySet() if str(name).startswith(prefix)]
+    stale = [name for name in string_list(lake.refs().keySet()) if name.startswith(prefix)]
     if stale:
         manage = lake.manageSnapshots()
         for name in stale:

@@ -26,6 +26,7 @@ from tierlake.server.catalog.columns import table_columns
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.changelog import lake_write, planner
+from tierlake.server.changelog.round_tables import RoundTables
 from tierlake.server.exceptions import TieringGuardError, UnknownProcedureError, UnsupportedFeatureError
 from tierlake.server.kv import catalog as kv
 from tierlake.server.runtime.session import iceberg_table
@@ -45,10 +46,11 @@ class SnapshotSplit:
 
 
 def plan_round(spark: Any, stream: TablePath, lake: TablePath, spec: TieredSpec,
-               exclude: frozenset[int] = frozenset(), registered: planner.Registered | None = None) -> planner.Plan:
+               exclude: frozenset[int] = frozenset(), registered: planner.Registered | None = None,
+               tables: RoundTables | None = None) -> planner.Plan:
     """Plan from the lake's position; from the newest KV snapshot when the log does not reach it."""
     try:
-        return planner.plan_round(spark, stream, lake, spec, registered=registered)
+        return planner.plan_round(spark, stream, lake, spec, registered=registered, tables=tables)
     except planner.LogTruncatedError as e:
         if not spec.is_primary_key:
             raise
@@ -62,7 +64,8 @@ def plan_round(spark: Any, stream: TablePath, lake: TablePath, spec: TieredSpec,
                 f"cannot be rebuilt (take KV snapshots with CALL sys.kv_snapshot('{stream}') before log retention "
                 "removes the changelog)") from e
         snap = usable[-1]
-        plan = planner.plan_round(spark, stream, lake, spec, start=snap.log_position, registered=registered)
+        plan = planner.plan_round(spark, stream, lake, spec, start=snap.log_position, registered=registered,
+                                  tables=tables)
         plan.snapshot_split = SnapshotSplit(snap.kv_table, snap.snapshot_id, snap.log_position,
                                             snap.stream_snapshot_id, spec.buckets)
         log.info("%s: the log does not reach lake position; rebuilding from KV snapshot %d (log position %d)",
@@ -71,16 +74,19 @@ def plan_round(spark: Any, stream: TablePath, lake: TablePath, spec: TieredSpec,
 
 
 def plan_and_lease(spark: Any, leases: JobLeases, path: str, stream: TablePath, lake: TablePath,
-                   spec: TieredSpec, registered: planner.Registered | None = None) -> planner.Plan:
+                   spec: TieredSpec, registered: planner.Registered | None = None,
+                   tables: RoundTables | None = None) -> planner.Plan:
     """Plan the round; lease its snapshot split's snapshot before anything reads it."""
     exclude: set[int] = set()
     for _ in range(MAX_LEASE_ATTEMPTS):
-        plan = plan_round(spark, stream, lake, spec, frozenset(exclude), registered)
+        plan = plan_round(spark, stream, lake, spec, frozenset(exclude), registered, tables)
         split = plan.snapshot_split
         if split is None or leases.acquire(path, split):
             return plan
-        # Expired between planning and the acquire: plan again with a newer one.
+        # Expired between planning and the acquire: plan again with a newer one, from the tables as
+        # they are now (retention that expired the snapshot may have moved the log start too).
         exclude.add(split.snapshot_id)
+        tables = RoundTables(spark, stream, lake)
     raise TieringGuardError(f"the KV snapshots of {stream} kept expiring before they could be leased")
 
 

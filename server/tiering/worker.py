@@ -19,11 +19,13 @@ from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import parse_table_path
 from tierlake.server.catalog.tiered_tables import lake_of
 from tierlake.server.changelog.planner import Registered
+from tierlake.server.changelog.round_tables import RoundTables
 from tierlake.server.clients.procedure_client import LocalClient
 from tierlake.server.coordinator.registration import registered_record
 from tierlake.server.exceptions import FencedEpochError, TierlakeError
 from tierlake.server.runtime import faults
 from tierlake.server.runtime.config import Config
+from tierlake.server.runtime.jvm import string_map
 from tierlake.server.runtime.session import TIERING_POOL, iceberg_table
 from tierlake.server.tiering import snapshot_split, table_maintenance
 from tierlake.server.tiering.round import run_round
@@ -145,14 +147,18 @@ class Worker(threading.Thread):
 
         try:
             stream = parse_table_path(path)
-            props = {str(k): str(v) for k, v in dict(iceberg_table(self.spark, stream.quoted).properties()).items()}
+            stream_table = iceberg_table(self.spark, stream.quoted)
+            props = string_map(stream_table.properties())
             lake = lake_of(self.config, stream, props)  # the lake table the stream was registered with
+            # Loaded once for the whole round (server/changelog/round_tables.py).
+            tables = RoundTables(self.spark, stream, lake, stream_table=stream_table, stream_properties=props)
             spec = TieredSpec.from_properties(props)
             max_round = P.read(props, P.MAX_ROUND)
             chunk_rows = P.read(props, P.CHUNK_ROWS, self.config)
             record = registered_record(self.spark, table_id)  # cross-checked with the lake and the stream
             registered = None if record is None else Registered(*record)
-            plan = snapshot_split.plan_and_lease(self.spark, self.leases, path, stream, lake, spec, registered)
+            plan = snapshot_split.plan_and_lease(self.spark, self.leases, path, stream, lake, spec, registered,
+                                                 tables)
             result = run_round(self.spark, plan, table_id, epoch, self.job_id, check_epoch,
                                max_round.total_seconds(), chunk_rows, hook=self.hook)
             # Still inside the assignment: no round of this table can race it.

@@ -50,3 +50,75 @@ def test_the_recorded_mapping_round_trips():
     text = field_ids.encode({12: "b", 3: "a"})
     assert text == '{"3":"a","12":"b"}'
     assert field_ids.read(Table({"tierlake.lake.field-ids": text})) == {3: "a", 12: "b"}
+
+
+class _Schema:
+    def __init__(self, schema_id):
+        self._id = schema_id
+
+    def schemaId(self):
+        return self._id
+
+
+class _Table:
+    """What the sync cache reads of a loaded Iceberg table."""
+
+    def __init__(self, uuid, schema_id, props=None):
+        self._uuid, self.schema_id, self.props = uuid, schema_id, dict(props or {})
+
+    def uuid(self):
+        return self._uuid
+
+    def schema(self):
+        return _Schema(self.schema_id)
+
+    def properties(self):
+        return self.props
+
+
+class _Tables:
+    def __init__(self, stream_table, lake_table, stream_properties):
+        self.stream_table, self.lake_table, self.stream_properties = stream_table, lake_table, stream_properties
+        self.lake = LAKE
+
+
+def test_a_sync_that_changed_nothing_is_remembered_by_everything_it_reads(monkeypatch):
+    from tierlake.server.changelog import lake_schema
+
+    lake_schema.clear_sync_cache()
+    answers = iter(range(100))
+    calls = []
+
+    def fake_sync(spark, stream, lake, stream_table, lake_table, recorded_text, spec):
+        calls.append((stream_table.schema_id, lake_table.schema_id, recorded_text))
+        return [lake_schema.Carried("c", "int", next(answers))], changed["value"]
+
+    changed = {"value": False}
+    monkeypatch.setattr(lake_schema, "_sync", fake_sync)
+    stream, lake = _Table("s-uuid", 1), _Table("l-uuid", 4, {"tierlake.lake.field-ids": '{"1":"c"}'})
+    props = {"primary-key": "id"}
+
+    def sync():
+        return lake_schema.sync_lake_schema(None, STREAM, LAKE, _Tables(stream, lake, props))
+
+    first = sync()
+    assert sync() == first and len(calls) == 1  # nothing changed: from memory
+    stream.schema_id = 2  # a stream schema change
+    assert sync() != first and len(calls) == 2
+    lake.props["tierlake.lake.field-ids"] = '{"1":"d"}'  # the recorded ids changed (by hand)
+    sync()
+    assert len(calls) == 3
+    props["sequence-by"] = "v"  # a key or sequence-by column is part of what it checks
+    sync()
+    assert len(calls) == 4
+    lake.schema_id, lake._uuid = 5, "other-uuid"  # another lake table under the name
+    sync()
+    assert len(calls) == 5
+    assert sync() and len(calls) == 5
+
+    changed["value"] = True  # a sync that committed something is not remembered: the next one checks again
+    stream.schema_id = 3
+    sync()
+    sync()
+    assert len(calls) == 7
+    lake_schema.clear_sync_cache()

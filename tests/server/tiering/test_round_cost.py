@@ -1,0 +1,131 @@
+"""The fixed cost of a round (issue 18): each of its tables is loaded once, an
+unchanged lake schema is not synced again, the fresh view is re-pinned once
+per round however many lake commits it made, and what a round writes is
+the same as before.
+
+Rounds run in the test's thread (no worker, no coordinator), as in
+test_fresh_views.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import threading
+
+import pytest
+
+from tests.server.tiering.conftest import run
+from tierlake.server.catalog.spec import TieredSpec
+from tierlake.server.catalog.table_path import parse_table_path
+from tierlake.server.changelog import fresh_view, lake_schema, planner
+from tierlake.server.runtime import session
+from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.tiering.round import run_round
+
+pytestmark = pytest.mark.integration
+
+DB = "round_cost"
+_counter = itertools.count()
+
+
+def create(cursor, pk: bool) -> tuple[str, str, str]:
+    name = f"t{next(_counter)}_{'pk' if pk else 'log'}"
+    run(cursor, f"CREATE DATABASE IF NOT EXISTS {DB}")
+    props = "'table.datalake.enabled'='true', 'table.datalake.freshness'='1 h'"
+    if pk:
+        props += ", 'primary-key'='id', 'bucket.num'='2'"
+    run(cursor, f"CREATE TABLE {DB}.{name} (id BIGINT, v DOUBLE) TBLPROPERTIES ({props})")
+    return f"{DB}.{name}", f"{DB}_lake.{name}", f"{DB}_fresh.{name}"
+
+
+def one_round(spark, table: str, chunk_rows: int = 1_000_000):
+    stream = parse_table_path(table)
+    lake = parse_table_path(f"{stream.database}_lake.{stream.table}")
+    props = {str(k): str(v) for k, v in dict(iceberg_table(spark, stream.quoted).properties()).items()}
+    plan = planner.plan_round(spark, stream, lake, TieredSpec.from_properties(props))
+    return run_round(spark, plan, table_id=0, epoch=0, job_id="test", check_epoch=lambda: None,
+                     max_duration_s=600, chunk_rows=chunk_rows)
+
+
+@pytest.fixture
+def loads(monkeypatch):
+    """Every ``iceberg_table`` call in the test's thread (the server's threads load their own), by table
+    name (the modules imported the function)."""
+    seen: list[str] = []
+    original = session.iceberg_table
+    me = threading.get_ident()
+
+    def counted(spark, name):
+        if threading.get_ident() == me:
+            seen.append(name.replace("`", ""))
+        return original(spark, name)
+
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("tierlake.") and \
+                getattr(module, "iceberg_table", None) is original:
+            monkeypatch.setattr(module, "iceberg_table", counted)
+    return seen
+
+
+@pytest.mark.parametrize("pk", [False, True], ids=["log", "pk"])
+def test_a_round_of_several_commits_loads_each_table_once_and_repins_the_view_once(
+        hive_cursor, spark, monkeypatch, loads, pk):
+    table, lake, fresh = create(hive_cursor, pk)
+    for i in range(3):  # three stream commits, one chunk (and one lake commit) each
+        spark.sql(f"INSERT INTO {table} VALUES ({i}, {i}.0{', NULL' if pk else ''})")
+    repins = []
+    original = fresh_view._create_view
+    monkeypatch.setattr(fresh_view, "_create_view", lambda *a, **k: (repins.append(a[3]), original(*a, **k)))
+    lake_before = iceberg_table(spark, lake).currentSnapshot()
+    del loads[:]
+
+    result = one_round(spark, table, chunk_rows=1)
+
+    assert result.commits == 3 and result.rows == 3
+    assert sorted(loads) == sorted([table, lake]), loads
+    assert len(repins) == 1
+    head = iceberg_table(spark, lake).currentSnapshot()
+    ancestors, snapshot = 0, head
+    while snapshot is not None and (lake_before is None or snapshot.snapshotId() != lake_before.snapshotId()):
+        ancestors += 1
+        snapshot = None if snapshot.parentId() is None else iceberg_table(spark, lake).snapshot(snapshot.parentId())
+    assert ancestors >= 3  # every chunk reached main
+    text = spark.sql(f"SHOW CREATE TABLE {fresh}").collect()[0][0]
+    assert f"VERSION AS OF {head.snapshotId()}" in text, text
+    rows = sorted(tuple(r) for r in spark.sql(f"SELECT id, v FROM {fresh}").collect())
+    assert rows == sorted(tuple(r) for r in spark.sql(f"SELECT id, v FROM {lake}").collect()) == \
+        [(i, float(i)) for i in range(3)]
+
+
+def test_an_unchanged_schema_is_not_synced_again_a_changed_one_is(hive_cursor, spark, monkeypatch):
+    table, lake, _ = create(hive_cursor, pk=False)
+    syncs = []
+    original = lake_schema._sync
+    monkeypatch.setattr(lake_schema, "_sync", lambda *a: (syncs.append(a[0]), original(*a))[1])
+    spark.sql(f"INSERT INTO {table} VALUES (1, 1.0)")
+    one_round(spark, table)
+    spark.sql(f"INSERT INTO {table} VALUES (2, 2.0)")
+    before = len(syncs)
+    one_round(spark, table)
+    assert len(syncs) == before  # same schemas, same recorded field ids: answered from memory
+
+    spark.sql(f"ALTER TABLE {table} ADD COLUMN note STRING")
+    spark.sql(f"INSERT INTO {table} (id, v, note) VALUES (3, 3.0, 'three')")
+    one_round(spark, table)
+    assert len(syncs) == before + 1
+    spark.sql(f"ALTER TABLE {table} RENAME COLUMN note TO remark")
+    spark.sql(f"INSERT INTO {table} (id, v, remark) VALUES (4, 4.0, 'four')")
+    one_round(spark, table)
+    assert len(syncs) >= before + 2
+    rows = sorted(tuple(r) for r in spark.sql(f"SELECT id, v, remark FROM {lake}").collect())
+    assert rows == [(1, 1.0, None), (2, 2.0, None), (3, 3.0, "three"), (4, 4.0, "four")]
+
+    # A lake column renamed by hand changes the lake's schema: synced again, and it carries nothing any more.
+    spark.sql(f"ALTER TABLE {lake} RENAME COLUMN remark TO by_hand")
+    spark.sql(f"INSERT INTO {table} (id, v, remark) VALUES (5, 5.0, 'five')")
+    synced = len(syncs)
+    one_round(spark, table)
+    assert len(syncs) == synced + 1
+    assert sorted(tuple(r) for r in spark.sql(f"SELECT id, remark FROM {lake} WHERE id = 5").collect()) == \
+        [(5, "five")]
