@@ -45,10 +45,17 @@ from bench.common import start_server
 
 def location_stats(path: str) -> dict:
     root = Path(path.removeprefix("file:"))
-    files = [p for p in root.rglob("*") if p.is_file()]
-    metadata = sorted((p for p in files if p.name.endswith(".metadata.json")), key=lambda p: p.stat().st_mtime)
-    return {"bytes": sum(p.stat().st_size for p in files), "files": len(files),
-            "metadata_files": len(metadata), "newest_metadata_bytes": metadata[-1].stat().st_size if metadata else 0}
+    sizes: dict[Path, tuple[int, float]] = {}
+    for p in root.rglob("*"):
+        try:  # housekeeping deletes files while we walk
+            st = p.stat()
+        except FileNotFoundError:
+            continue
+        if p.is_file():
+            sizes[p] = (st.st_size, st.st_mtime)
+    metadata = sorted((p for p in sizes if p.name.endswith(".metadata.json")), key=lambda p: sizes[p][1])
+    return {"bytes": sum(v[0] for v in sizes.values()), "files": len(sizes),
+            "metadata_files": len(metadata), "newest_metadata_bytes": sizes[metadata[-1]][0] if metadata else 0}
 
 
 SIZE_KEYS = ("bytes", "files", "metadata_files", "newest_metadata_bytes", "snapshots", "data_files", "delete_files")
@@ -119,7 +126,7 @@ def main() -> None:
     for i in range(args.tables):
         pk = i == args.tables - 1
         cur.execute(f"CREATE TABLE soak.s{i} (id BIGINT, v STRING) TBLPROPERTIES ({props}"
-                    + (", 'primary-key'='id', 'bucket.num'='2')" if pk else ")"))
+                    + (", 'primary-key'='id', 'bucket.num'='2', 'kv.snapshot.interval'='1 min')" if pk else ")"))
         streams.append((f"soak.s{i}", pk))
     beats = []
     for i in range(args.beat_tables):

@@ -187,10 +187,13 @@ def maintain(spark: Any, stream: TablePath, lake: TablePath, props: dict[str, st
     max_age_ms = int(P.read(props, P.SNAPSHOT_MAX_AGE).total_seconds() * 1000)
     keep = P.read(props, P.SNAPSHOT_MIN_RETAINED)
     actions = []
-    try:
-        im.bound_metadata(iceberg_table(spark, lake.quoted))
-    except Exception:
-        log.warning("could not set metadata properties of %s", lake, exc_info=True)
+    # Users' INSERTs commit to the stream, each writing a new metadata.json:
+    # without these properties Iceberg keeps every one of them.
+    for target in (lake, stream):
+        try:
+            im.bound_metadata(iceberg_table(spark, target.quoted))
+        except Exception:
+            log.warning("could not set metadata properties of %s", target, exc_info=True)
     if P.read(props, P.AUTO_COMPACTION):
         actions.append(_timed("compaction", lake, lambda a: compact_lake(spark, lake, a)))
     actions.append(_timed("expire_snapshots", lake, lambda a: expire_lake(spark, lake, max_age_ms, keep, a)))
