@@ -129,7 +129,8 @@ TABLE_PROPERTIES: tuple[Property, ...] = (
              "stream table", example="'10'", minimum=1),
     Property(AUTO_COMPACTION, "true", "bool",
              "managed maintenance rewrites small data files and merge-on-read delete files of the lake table, "
-             "and small data files of the stream table (thresholds in [tiering.md](tiering.md#managed-maintenance))", example="'false'"),
+             "and small data files of the stream table (thresholds in [tiering.md](tiering.md#managed-maintenance))",
+             example="'false'"),
     Property(FORMAT_VERSION, "2", "int", "Iceberg format version of stream, lake and KV tables (set unless given)",
              example="'2'", minimum=1, maximum=3),
     Property(LAKE_TABLE_PROPERTY, None, "table", "the stream table's lake table (`<db><suffix>.<table>`)",
