@@ -34,6 +34,7 @@ from tierlake.server.catalog.properties import LAKE_FIELD_IDS
 from tierlake.server.catalog.spec import CHANGE_TYPE, Column, TieredSpec, data_columns
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.exceptions import TieringGuardError
+from tierlake.server.runtime.jvm import string_map
 from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.tiering")
@@ -118,7 +119,7 @@ def sync_lake_schema(spark: Any, stream: TablePath, lake: TablePath, tables: Any
         stream_table, lake_table, props = tables.stream_table, tables.lake_table, tables.stream_properties
     else:
         stream_table, lake_table = iceberg_table(spark, stream.quoted), iceberg_table(spark, lake.quoted)
-        props = {str(k): str(v) for k, v in dict(stream_table.properties()).items()}
+        props = string_map(stream_table.properties())
     spec = TieredSpec.from_properties(props)
     recorded_text = field_ids.read_text(lake_table)
     key = _sync_key(stream_table, lake_table, recorded_text, spec)
