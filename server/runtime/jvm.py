@@ -19,8 +19,10 @@ import threading
 from typing import Any
 
 _lock = threading.Lock()
-_classes: dict[tuple[int, str], Any] = {}
-_mapper: dict[int, Any] = {}
+# Keyed by the JVM view's id, holding the view itself: an id reused by a later
+# session's view (a restarted SparkContext) is not taken for the old one.
+_classes: dict[tuple[int, str], tuple[Any, Any]] = {}
+_mapper: dict[int, tuple[Any, Any]] = {}
 
 
 def _default_jvm() -> Any:
@@ -33,23 +35,26 @@ def jclass(name: str, jvm: Any = None) -> Any:
     """The py4j ``JavaClass`` of the fully qualified ``name`` (static methods, constructors), resolved once."""
     jvm = jvm if jvm is not None else _default_jvm()
     key = (id(jvm), name)
-    found = _classes.get(key)
-    if found is None:
-        found = jvm
-        for part in name.split("."):
-            found = getattr(found, part)
-        with _lock:
-            _classes[key] = found
+    cached = _classes.get(key)
+    if cached is not None and cached[0] is jvm:
+        return cached[1]
+    found = jvm
+    for part in name.split("."):
+        found = getattr(found, part)
+    with _lock:
+        _classes[key] = (jvm, found)
     return found
 
 
 def _json(value: Any) -> str:
     jvm = _default_jvm()
-    mapper = _mapper.get(id(jvm))
-    if mapper is None:
+    cached = _mapper.get(id(jvm))
+    if cached is not None and cached[0] is jvm:
+        mapper = cached[1]
+    else:
         mapper = jclass("com.fasterxml.jackson.databind.ObjectMapper", jvm)()
         with _lock:
-            _mapper[id(jvm)] = mapper
+            _mapper[id(jvm)] = (jvm, mapper)
     return str(mapper.writeValueAsString(value))
 
 

@@ -129,3 +129,16 @@ def test_an_unchanged_schema_is_not_synced_again_a_changed_one_is(hive_cursor, s
     assert len(syncs) == synced + 1
     assert sorted(tuple(r) for r in spark.sql(f"SELECT id, remark FROM {lake} WHERE id = 5").collect()) == \
         [(5, "five")]
+
+
+def test_java_maps_and_sets_move_as_one_json_text(hive_cursor, spark):
+    from tierlake.server.runtime import jvm
+
+    table, lake, _ = create(hive_cursor, pk=True)
+    stream_table = iceberg_table(spark, table)
+    assert jvm.string_map(stream_table.properties()) == \
+        {str(k): str(v) for k, v in dict(stream_table.properties()).items()}
+    assert sorted(jvm.string_list(iceberg_table(spark, lake).refs().keySet())) == \
+        sorted(str(n) for n in iceberg_table(spark, lake).refs().keySet())
+    assert jvm.jclass("java.lang.Integer") is jvm.jclass("java.lang.Integer")
+    assert jvm.string_map({"a": 1}) == {"a": "1"} and jvm.string_list(("x",)) == ["x"]  # Python values as they are
