@@ -186,6 +186,7 @@ def maintain(spark: Any, stream: TablePath, lake: TablePath, props: dict[str, st
     """Run every action on the table; see the module docstring."""
     max_age_ms = int(P.read(props, P.SNAPSHOT_MAX_AGE).total_seconds() * 1000)
     keep = P.read(props, P.SNAPSHOT_MIN_RETAINED)
+    compaction = P.read(props, P.AUTO_COMPACTION)
     actions = []
     # Users' INSERTs commit to the stream, each writing a new metadata.json:
     # without these properties Iceberg keeps every one of them.
@@ -194,12 +195,12 @@ def maintain(spark: Any, stream: TablePath, lake: TablePath, props: dict[str, st
             im.bound_metadata(iceberg_table(spark, target.quoted))
         except Exception:
             log.warning("could not set metadata properties of %s", target, exc_info=True)
-    if P.read(props, P.AUTO_COMPACTION):
+    if compaction:
         actions.append(_timed("compaction", lake, lambda a: compact_lake(spark, lake, a)))
     actions.append(_timed("expire_snapshots", lake, lambda a: expire_lake(spark, lake, max_age_ms, keep, a)))
     if orphans:
         actions.append(_timed("orphan_files", lake, lambda a: remove_orphans(spark, lake, ORPHAN_MIN_AGE_MS, a)))
-    if P.read(props, P.AUTO_COMPACTION):
+    if compaction:
         actions.append(_timed("stream_compaction", stream, lambda a: compact_stream(spark, stream, a)))
     actions.append(_timed("stream_expire_snapshots", stream,
                           lambda a: expire_stream(spark, stream, props, position, max_age_ms, keep, a, lake)))
