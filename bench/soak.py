@@ -6,11 +6,12 @@ An in-process server with one tiering worker and managed maintenance on
 (`tierlake.maintenance.interval = 30 s`); `--tables` stream tables at 1 s
 freshness (the last one with a primary key) get continuous small appends.
 Rounds alone are too slow to reach thousands of coordinator commits, so a
-driver job heartbeats directly through the procedure client: it takes
-whatever table is due (empty `beat` tables, or a stream table, handed back
-unchanged), reports it finished and makes it due again: three `sys.tiering_tables`
-commits per cycle (assignment, finish, due; the round history is written behind
-the state, many rounds per append).
+driver job cycles `--beat-tables` empty tables of its own (freshness 1 d, so
+the scheduler never hands them to the worker): it claims one (Scheduled →
+Pending → Tiering with a new epoch, what a heartbeat's assignment does, in one
+commit) and reports it finished through `CALL sys.heartbeat` (a second
+commit, plus the round history written behind the state). The worker tiers
+only the stream tables, with real rounds.
 
 Sizes are sampled every `--sample-every` commits; each report gives, per
 `sys` state table and per lake and stream table, the *peak* since the previous
@@ -101,6 +102,7 @@ def main() -> None:
     parser.add_argument("--tables", type=int, default=3, help="stream tables with continuous appends")
     parser.add_argument("--beat-tables", type=int, default=4, help="empty tables the driver job cycles")
     parser.add_argument("--max-minutes", type=float, default=600.0)
+    parser.add_argument("--append-every", type=float, default=2.0, help="seconds between appends to each stream")
     parser.add_argument("--history", default="2 min", help="tierlake.history.retention")
     parser.add_argument("--sample-every", type=int, default=100, help="commits between size samples")
     parser.add_argument("--out", default="soak.json")
@@ -130,7 +132,12 @@ def main() -> None:
         streams.append((f"soak.s{i}", pk))
     beats = []
     for i in range(args.beat_tables):
-        spark.sql(f"CREATE TABLE soak.beat{i} (id BIGINT) USING iceberg TBLPROPERTIES ('format-version'='2')")
+        # Freshness of a day: the scheduler never makes a beat table due, so
+        # the tiering worker never takes one (it would run a real empty round,
+        # which costs the JVM a second and halves the commit rate); the
+        # driver claims them itself.
+        spark.sql(f"CREATE TABLE soak.beat{i} (id BIGINT) USING iceberg TBLPROPERTIES ('format-version'='2', "
+                  "'table.datalake.freshness'='1 d')")
         client.call("enable_tiering", table=f"soak.beat{i}")
         beats.append(f"soak.beat{i}")
 
@@ -149,7 +156,7 @@ def main() -> None:
                 except Exception as e:  # noqa: BLE001 - keep appending; counted at the end
                     print("append failed:", e)
             n += 1
-            stop.wait(0.5)
+            stop.wait(args.append_every)
 
     writer = threading.Thread(target=append, daemon=True)
     writer.start()
@@ -207,45 +214,34 @@ def main() -> None:
         Path(args.out).write_text(json.dumps(reports, indent=1))
         return out
 
-    def make_due(path: str) -> None:
-        # Straight to Pending (what the scheduler's tick does to a due table),
-        # so the next heartbeat can take it without waiting for a tick.
+    def claim() -> tuple[int, str, int] | None:
+        # What a heartbeat's assignment does (Scheduled -> Pending -> Tiering
+        # with a new epoch), applied to a beat table only, in one commit of
+        # the state table: the tiering worker never sees it Pending.
         def change(states, now):
-            state = next((s for s in states.values() if s.path == path), None)
-            if state is None or state.status.value != "Scheduled":
+            idle = [s for s in states.values() if s.path in beats and s.status.value == "Scheduled"]
+            if not idle:
                 return None, False, []
+            state = min(idle, key=lambda s: s.updated_at)
             state_machine.transition(state, state_machine.Status.PENDING, now)
-            return None, True, []
+            state_machine.transition(state, state_machine.Status.TIERING, now)
+            state.job_id, state.last_heartbeat, state.round_started = job, now, now
+            return (state.table_id, state.tiering_epoch, state.tiered_position), True, []
 
-        server.coordinator.mutate(change)
+        return server.coordinator.mutate(change)
 
     cycle, next_sample = 0, args.sample_every
     while checkpoints:
         if time.monotonic() - started > args.max_minutes * 60:
             break
-        _, states = server.coordinator.load()
-        worker_busy = any(s.status is not None and s.status.value == "Tiering" and s.job_id != job
-                          for s in states.values())
-        if not worker_busy and any(s.status is not None and s.status.value == "Pending" and s.path not in beats
-                                   for s in states.values()):
-            # A stream table is due and the tiering worker is idle: give it a
-            # head start, or the driver would take the table and hand it back
-            # unchanged (a round of 0 rows).
-            time.sleep(0.3)
-        t = time.perf_counter()
-        rows = client.call("heartbeat", job_id=job, request_table=True)
-        heartbeats.append(time.perf_counter() - t)
-        for kind, table_id, path, epoch, _ in rows:
-            if kind != "assigned":
-                continue
-            _, states = server.coordinator.load()
-            position = states[table_id].tiered_position
+        claimed = claim()
+        if claimed is not None:
+            table_id, epoch, position = claimed
             t = time.perf_counter()
-            client.call("heartbeat", job_id=job, finished_tables=[
+            rows = client.call("heartbeat", job_id=job, finished_tables=[
                 {"table_id": table_id, "tiering_epoch": epoch, "tiered_position": position}])
             heartbeats.append(time.perf_counter() - t)
-            if path in beats:
-                make_due(path)
+            assert rows[0][-1] is None, rows  # the finish was accepted
         cycle += 1
         if cycle % 10 == 0:
             t = time.perf_counter()

@@ -21,6 +21,7 @@ from tierlake.server.runtime.jars import resolve_iceberg_jars
 from tierlake.server.runtime.javaext import (
     INCREMENTAL_CATALOG,
     INCREMENTAL_CATALOG_NAME,
+    LOCAL_FILE_SYSTEM,
     SECRET_AUTHENTICATOR,
     internal_jar,
 )
@@ -150,6 +151,9 @@ def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
         classpath += [str(j) for j in jars]
     if classpath:
         settings["spark.driver.extraClassPath"] = os.pathsep.join(classpath)
+    if config.text("tierlake.master").startswith("local"):
+        # Executors run in this JVM, which has the class (see LocalFileSystem.java).
+        settings["spark.hadoop.fs.file.impl"] = LOCAL_FILE_SYSTEM
     extra = user.pop("spark.driver.extraJavaOptions", "")
     settings["spark.driver.extraJavaOptions"] = " ".join(java_opts + ([extra] if extra else []))
     settings.update(user)
