@@ -24,10 +24,10 @@ growth. Reports at 10 %, 25 %, then every 15 % up to 100 % of `--commits`
 p50 since the previous report and a full scan of the first lake table. At
 the end it prints the targets, each with its ratio: peak sizes in the last
 window (85–100 %) ≤ 1.2× the peak in the window of the same length ending at
-25 % (a longer window would catch a higher saw-tooth peak by its length
-alone; a 2026-11-25 run compared 76 minutes with 14) (lake and stream bytes of log
-tables excepted: they hold the appended rows, which grow by design; their
-file and snapshot counts are held to the target), and latencies at the end
+25 % (a longer window catches a higher saw-tooth peak by its length alone).
+Lake and stream bytes of log tables are excepted: they hold the appended
+rows, which grow by design; their file and snapshot counts are held to the
+target. Latencies at the end
 ≤ 1.2× their value at 10 %. Round history is kept `--history` (default 2
 min) so the history tables reach their steady state within the run (the
 default retention is 7 days).
@@ -216,18 +216,17 @@ def main() -> None:
         Path(args.out).write_text(json.dumps(reports, indent=1))
         return out
 
-    def claim() -> tuple[int, str, int] | None:
-        # What a heartbeat's assignment does (Scheduled -> Pending -> Tiering
-        # with a new epoch), applied to a beat table only, in one commit of
-        # the state table: the tiering worker never sees it Pending.
+    def claim() -> tuple[int, int, int | None] | None:
+        # The scheduler's due -> Pending and a heartbeat's assignment, applied
+        # to a beat table only, in one commit of the state table: the tiering
+        # worker never sees it Pending.
         def change(states, now):
             idle = [s for s in states.values() if s.path in beats and s.status.value == "Scheduled"]
             if not idle:
                 return None, False, []
             state = min(idle, key=lambda s: s.updated_at)
             state_machine.transition(state, state_machine.Status.PENDING, now)
-            state_machine.transition(state, state_machine.Status.TIERING, now)
-            state.job_id, state.last_heartbeat, state.round_started = job, now, now
+            state_machine.assign(state, job, now)
             return (state.table_id, state.tiering_epoch, state.tiered_position), True, []
 
         return server.coordinator.mutate(change)

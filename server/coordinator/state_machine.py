@@ -328,6 +328,14 @@ def disable(state: TableState, now: datetime) -> Round:
     return _round(state, now, "disabled")
 
 
+def assign(state: TableState, job_id: str, now: datetime) -> None:
+    """A Pending table goes to ``job_id``: Tiering, its round starts now."""
+    transition(state, Status.TIERING, now)
+    state.job_id = job_id
+    state.last_heartbeat = now
+    state.round_started = now
+
+
 def heartbeat(
     states: dict[int, TableState],
     job_id: str,
@@ -370,10 +378,7 @@ def heartbeat(
         pending = [s for s in states.values() if s.status is Status.PENDING]
         if pending:
             state = min(pending, key=lambda s: (s.pending_since or now, s.table_id))
-            transition(state, Status.TIERING, now)
-            state.job_id = job_id
-            state.last_heartbeat = now
-            state.round_started = now
+            assign(state, job_id, now)
             liveness[state.table_id] = now
             out.changed.add(state.table_id)
             out.answers.append(Answer("assigned", state.table_id, state.path, state.tiering_epoch))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import re
 import socket
 import sys
 from pathlib import Path
@@ -151,8 +152,9 @@ def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
         classpath += [str(j) for j in jars]
     if classpath:
         settings["spark.driver.extraClassPath"] = os.pathsep.join(classpath)
-    if config.text("tierlake.master").startswith("local"):
-        # Executors run in this JVM, which has the class (see LocalFileSystem.java).
+    if re.fullmatch(r"local(\[.*\])?", config.text("tierlake.master")):
+        # Executors run in this JVM, which has the class (see LocalFileSystem.java);
+        # local-cluster's executors are other JVMs, without it.
         settings["spark.hadoop.fs.file.impl"] = LOCAL_FILE_SYSTEM
     extra = user.pop("spark.driver.extraJavaOptions", "")
     settings["spark.driver.extraJavaOptions"] = " ".join(java_opts + ([extra] if extra else []))
