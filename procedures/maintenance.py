@@ -4,7 +4,7 @@ tiering job's side (is it due, what it did)."""
 from __future__ import annotations
 
 from tierlake.server.catalog.table_path import parse_table_path
-from tierlake.server.coordinator.maintenance_schedule import MaintenanceAction
+from tierlake.server.coordinator.maintenance_schedule import TRIGGERS, MaintenanceAction
 from tierlake.server.coordinator.registration import coordinator, table_states
 from tierlake.server.exceptions import InvalidArgumentError
 from tierlake.server.sqlapi import registry
@@ -42,23 +42,30 @@ def run_maintenance(ctx: Context, table: str):
 
 @registry.procedure(returns=[("due", "boolean"), ("run_trigger", "string"), ("run_id", "string"),
                              ("orphan_files", "boolean")], role=TIERING)
-def maintenance_due(ctx: Context, job_id: str, table_id: int, tiering_epoch: int):
+def maintenance_due(ctx: Context, job_id: str, table_id: int, tiering_epoch: int,
+                    stream_data_files: int | None = None, lake_data_files: int | None = None):
     """A tiering job asks, between a round and its report, whether to maintain the table now.
 
     Only the job holding the table at that epoch gets an answer (else the
     error of a stale heartbeat entry); due when tierlake.maintenance.interval
-    passed since the table's last maintenance or sys.run_maintenance asked;
-    orphan_files says whether to include orphan-file removal (requested runs,
-    else at most hourly per table).
+    passed since the table's last maintenance (run_trigger 'scheduled'), when
+    the stream or the lake table gained 16 data files since then ('files'),
+    or when sys.run_maintenance asked ('requested'); orphan_files says whether
+    to include orphan-file removal (requested runs, else at most hourly per table).
 
     Args:
       job_id: the tiering job's persistent id
       table_id: the table it holds
       tiering_epoch: the epoch of its assignment
+      stream_data_files: live data files of the stream table as the job last saw it (NULL: not known)
+      lake_data_files: live data files of the lake table as the job last saw it (NULL: not known)
     """
     if not job_id.strip():
         raise InvalidArgumentError("parameter 'job_id' must not be empty")
-    return [coordinator(ctx).maintenance.due(job_id, table_id, tiering_epoch)]
+    for name, value in (("stream_data_files", stream_data_files), ("lake_data_files", lake_data_files)):
+        if value is not None and value < 0:
+            raise InvalidArgumentError(f"parameter '{name}' must not be negative, got {value}")
+    return [coordinator(ctx).maintenance.due(job_id, table_id, tiering_epoch, stream_data_files, lake_data_files)]
 
 
 @registry.procedure(returns=[("recorded", "int")], role=TIERING)
@@ -71,10 +78,11 @@ def record_maintenance(ctx: Context, job_id: str, table_id: int, tiering_epoch: 
       table_id: the table maintained
       tiering_epoch: the epoch of the assignment it ran in
       run_id: the id sys.maintenance_due gave the run
-      run_trigger: scheduled or requested
+      run_trigger: scheduled, files or requested (what sys.maintenance_due answered)
       actions: one struct per action: kind, target, started_ms, duration_ms, the counts, detail, error
     """
-    if run_trigger not in ("scheduled", "requested"):
-        raise InvalidArgumentError(f"parameter 'run_trigger' must be 'scheduled' or 'requested', got {run_trigger!r}")
+    if run_trigger not in TRIGGERS:
+        raise InvalidArgumentError(
+            f"parameter 'run_trigger' must be one of {', '.join(map(repr, TRIGGERS))}, got {run_trigger!r}")
     return [(coordinator(ctx).maintenance.record(job_id, table_id, tiering_epoch, run_id, run_trigger,
                                                  list(actions)),)]

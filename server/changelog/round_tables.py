@@ -75,3 +75,14 @@ class RoundTables:
         table = self.stream_table
         table.refresh()
         return table
+
+    def data_files(self) -> tuple[int, int] | None:
+        """Live data files of the stream and the lake as loaded (snapshot summaries, no scan); None if unreadable."""
+        try:
+            counts = []
+            for table in (self.stream_table, self.lake_table):
+                snapshot = table.currentSnapshot()
+                counts.append(0 if snapshot is None else int(snapshot.summary().get("total-data-files") or 0))
+            return counts[0], counts[1]
+        except Exception:  # noqa: BLE001 - only a hint for when maintenance is due
+            return None

@@ -7,7 +7,9 @@ table can be assigned, so maintenance and rounds never race. The worker asks
 :meth:`MaintenanceSchedule.due` (``CALL sys.maintenance_due``), which checks
 the assignment and answers yes when the table was never maintained by this
 server, when ``tierlake.maintenance.interval`` has passed since its last
-run, or when ``CALL sys.run_maintenance`` asked for it; the worker reports
+run, when the lake or the stream table gained :data:`FILES_TRIGGER` data
+files since its last run (a timer alone lets small files pile up as fast as
+appends come), or when ``CALL sys.run_maintenance`` asked for it; the worker reports
 what it did with ``CALL sys.record_maintenance`` (``sys.lake_maintenance_log``).
 """
 
@@ -28,8 +30,12 @@ from tierlake.server.runtime.state_table import SmallTable
 log = logging.getLogger("tierlake.maintenance")
 
 LOG_TABLE = "sys.lake_maintenance_log"
-SCHEDULED, REQUESTED = "scheduled", "requested"
+SCHEDULED, REQUESTED, FILES = "scheduled", "requested", "files"
+TRIGGERS = (SCHEDULED, REQUESTED, FILES)
 ORPHANS_EVERY = timedelta(hours=1)
+# Data files a lake or stream table may gain after its last maintenance before
+# the next one is due (whatever the interval): bounds its live files.
+FILES_TRIGGER = 16
 
 
 @dataclass
@@ -64,6 +70,8 @@ class MaintenanceSchedule:
         self.results: dict[str, list[dict[str, Any]]] = {}
         self.last: dict[int, datetime] = {}
         self.last_orphans: dict[int, datetime] = {}
+        # Data files of (stream, lake) as first reported after the last run.
+        self.file_base: dict[int, tuple[int, int]] = {}
 
     def interval(self) -> timedelta:
         config = self.coordinator.config
@@ -84,10 +92,13 @@ class MaintenanceSchedule:
             raise FencedEpochError(f"table {state.path}: epoch {epoch} is stale (current {state.tiering_epoch})")
         return state
 
-    def due(self, job_id: str, table_id: int, epoch: int) -> tuple[bool, str | None, str | None, bool]:
+    def due(self, job_id: str, table_id: int, epoch: int, stream_files: int | None = None,
+            lake_files: int | None = None) -> tuple[bool, str | None, str | None, bool]:
         """``(due, trigger, run id, with orphan files)`` for the job holding
-        ``table_id`` at ``epoch``. Orphan-file removal lists the whole table
-        location: it runs when requested, else every :data:`ORPHANS_EVERY`."""
+        ``table_id`` at ``epoch``, whose stream and lake tables have
+        ``stream_files`` and ``lake_files`` live data files (when the job says).
+        Orphan-file removal lists the whole table location: it runs when
+        requested, else every :data:`ORPHANS_EVERY`."""
         self._assigned(job_id, table_id, epoch)
         now = self.coordinator.clock()
         with self.cond:
@@ -100,13 +111,24 @@ class MaintenanceSchedule:
                 return True, REQUESTED, self.requested[table_id], True
             interval = self.interval()
             last = self.last.get(table_id)
-            if interval.total_seconds() <= 0 or (last is not None and now - last < interval):
+            if interval.total_seconds() <= 0:
+                return False, None, None, False
+            trigger = SCHEDULED if last is None or now - last >= interval else None
+            if trigger is None and stream_files is not None and lake_files is not None:
+                # Gained since the last run, not a total: files compaction
+                # cannot merge (large ones, a partition's only file) would
+                # otherwise make every round a maintenance run.
+                base = self.file_base.setdefault(table_id, (stream_files, lake_files))
+                if max(stream_files - base[0], lake_files - base[1]) >= FILES_TRIGGER:
+                    trigger = FILES
+            if trigger is None:
                 return False, None, None, False
             # Claimed now: a slow run is not started twice.
             self.last[table_id] = now
+            self.file_base.pop(table_id, None)
             if orphans:
                 self.last_orphans[table_id] = now
-            return True, SCHEDULED, uuid.uuid4().hex, orphans
+            return True, trigger, uuid.uuid4().hex, orphans
 
     def record(self, job_id: str, table_id: int, epoch: int, run_id: str, trigger: str,
                actions: list[Any]) -> int:

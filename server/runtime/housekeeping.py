@@ -16,7 +16,10 @@ heartbeat. What bounds each table (docs/tiering.md, "Bounded state"):
   ``tierlake.history.retention`` are deleted, jobs silent for
   ``tierlake.tiering.job-retention`` forgotten;
 - files of the append-only history tables: compacted past
-  :data:`HISTORY_MAX_FILES` data files; orphan files (older than
+  :data:`HISTORY_MAX_FILES` data files, checked every pass and at once after
+  :data:`HISTORY_MAX_FILES` commits of one of them since its last check
+  (each append adds a file: a timer alone lets the count reach whatever the
+  commit rate allows in one interval); orphan files (older than
   :data:`ORPHAN_MIN_AGE_MS`) removed every :data:`SLOW_EVERY` passes.
 
 A failure is logged and retried at the next pass; it never touches the
@@ -56,6 +59,7 @@ HISTORY_TABLES = ("sys.tiering_round_log", "sys.quality_results", "sys.lake_main
 _CREATE = re.compile(r"CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+(sys\.\w+)", re.IGNORECASE)
 
 _commits: dict[str, int] = {}
+_appends: dict[str, int] = {}
 _commits_lock = threading.Lock()
 _pressure = threading.Event()
 _total = 0
@@ -75,16 +79,34 @@ def note_commit(name: str) -> None:
         _total += 1
         _totals[name] = _totals.get(name, 0) + 1
         _commits[name] = _commits.get(name, 0) + 1
+        if name in HISTORY_TABLES:
+            _appends[name] = _appends.get(name, 0) + 1
+            if _appends[name] >= HISTORY_MAX_FILES:
+                _pressure.set()
         if _commits[name] >= COMMITS_BEFORE_EXPIRY:
             _pressure.set()
 
 
 def _take_pressured() -> set[str]:
+    """Tables whose snapshots are due for expiry (their commit counts restart)."""
     with _commits_lock:
         names = {n for n, c in _commits.items() if c >= COMMITS_BEFORE_EXPIRY}
         for name in names:
             _commits[name] = 0
-        _pressure.clear()
+        if not any(c >= HISTORY_MAX_FILES for c in _appends.values()):
+            _pressure.clear()
+        return names
+
+
+def _take_appended(every: bool = False) -> list[str]:
+    """History tables due for a file-count check: those that made
+    :data:`HISTORY_MAX_FILES` commits since their last one (all if ``every``)."""
+    with _commits_lock:
+        names = [n for n in HISTORY_TABLES if every or _appends.get(n, 0) >= HISTORY_MAX_FILES]
+        for name in names:
+            _appends[name] = 0
+        if not any(c >= COMMITS_BEFORE_EXPIRY for c in _commits.values()):
+            _pressure.clear()
         return names
 
 
@@ -157,9 +179,9 @@ class Housekeeper(threading.Thread):
                 log.warning("history retention of %s failed", name, exc_info=True)
         return out
 
-    def compact_history(self) -> dict[str, int]:
+    def compact_history(self, names: list[str] | None = None) -> dict[str, int]:
         out = {}
-        for name in HISTORY_TABLES:
+        for name in HISTORY_TABLES if names is None else names:
             try:
                 if not self.spark.catalog.tableExists(name):
                     continue
@@ -192,7 +214,7 @@ class Housekeeper(threading.Thread):
         done: dict[str, Any] = {}
         if slow:
             done["retention"] = self.apply_retention()
-        done["compacted"] = self.compact_history()
+        done["compacted"] = self.compact_history(_take_appended(every=True))
         _take_pressured()
         done["expired"] = {k: v for k, v in self.expire().items() if v}
         if slow:
@@ -212,7 +234,10 @@ class Housekeeper(threading.Thread):
                     log.exception("sys housekeeping failed")
                 next_pass = time.monotonic() + self.interval.total_seconds()
             elif _pressure.wait(min(1.0, max(0.0, next_pass - time.monotonic()))):
-                # A table made many commits since its last expiry: expire just those now.
+                # A table made many commits since its last expiry or file check: just those now.
+                compacted = self.compact_history(_take_appended())
+                if compacted:
+                    log.info("sys housekeeping: compacted %s", compacted)
                 self.expire(sorted(_take_pressured()))
 
     def stop(self) -> None:

@@ -24,8 +24,10 @@ Actions, in order:
 - ``orphan_files`` of the lake: files older than an hour no snapshot
   references (it lists the table's location: when requested, else at most
   hourly per table).
-- ``stream_compaction`` (the same property and thresholds): small data files
-  of the stream bin-packed by Iceberg's ``rewriteDataFiles``. Its ``replace``
+- ``stream_compaction`` (the same property; at least :data:`COMPACT_MIN_FILES`
+  data files): small data files of the stream bin-packed by Iceberg's
+  ``rewriteDataFiles``, each partition's group from
+  :data:`STREAM_GROUP_MIN_FILES` files. Its ``replace``
   commit (``tierlake.maintenance = compaction``) is one planning already
   carries: a round reads the files each append added, whatever replaced
   them since (server/changelog/planner.py), so nothing is tiered twice or
@@ -66,6 +68,7 @@ from tierlake.server.runtime.session import iceberg_table
 log = logging.getLogger("tierlake.maintenance")
 
 COMPACT_MIN_FILES = 5
+STREAM_GROUP_MIN_FILES = 2
 ORPHAN_MIN_AGE_MS = 3600 * 1000
 STREAM_ORPHAN_MIN_AGE_MS = 3 * 24 * 3600 * 1000
 TIERING_SUMMARY_PREFIX = "tiering."
@@ -133,7 +136,10 @@ def compact_stream(spark: Any, stream: TablePath, action: Action) -> None:
     if files < COMPACT_MIN_FILES:
         action.detail = f"skipped: {files} data file(s)"
         return
-    done = im.compact(spark, stream.quoted, {"min-input-files": str(COMPACT_MIN_FILES)},
+    # Each append adds a file per bucket it touches: a partition's group is
+    # rewritten from two small files, so a run leaves about one file per
+    # bucket (with five, up to four per bucket stayed behind each run).
+    done = im.compact(spark, stream.quoted, {"min-input-files": str(STREAM_GROUP_MIN_FILES)},
                       {P.MAINTENANCE: "compaction"})
     after_files, _ = im.data_file_counts(iceberg_table(spark, stream.quoted))
     action.files_rewritten, action.files_added = done.files_rewritten, done.files_added
@@ -211,12 +217,15 @@ def maintain(spark: Any, stream: TablePath, lake: TablePath, props: dict[str, st
 
 
 def after_round(spark: Any, client: Any, job_id: str, table_id: int, epoch: int, stream: TablePath,
-                lake: TablePath, props: dict[str, str], position: int) -> list[Action] | None:
+                lake: TablePath, props: dict[str, str], position: int,
+                data_files: tuple[int, int] | None = None) -> list[Action] | None:
     """The worker's hook between a round and its report: maintenance if due.
+    ``data_files``: the stream's and the lake's live data files as the round saw them.
 
     Never raises: maintenance never fails a round."""
     try:
-        rows = client.call("maintenance_due", job_id=job_id, table_id=table_id, tiering_epoch=epoch)
+        files = {} if data_files is None else {"stream_data_files": data_files[0], "lake_data_files": data_files[1]}
+        rows = client.call("maintenance_due", job_id=job_id, table_id=table_id, tiering_epoch=epoch, **files)
         due, trigger, run_id, orphans = rows[0][0], rows[0][1], rows[0][2], rows[0][3]
         if not due:
             return None

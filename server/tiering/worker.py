@@ -163,7 +163,7 @@ class Worker(threading.Thread):
                                max_round.total_seconds(), chunk_rows, hook=self.hook)
             # Still inside the assignment: no round of this table can race it.
             table_maintenance.after_round(self.spark, self.client, self.job_id, table_id, epoch, stream, lake,
-                                          props, result.end_position)
+                                          props, result.end_position, tables.data_files())
             renewer.done.set()
             self.client.call("heartbeat", job_id=self.job_id, finished_tables=[dict(
                 entry, force_finished=result.force_finished, rows=result.rows, bytes=result.bytes,

@@ -62,6 +62,7 @@ def schedule(tmp_path):
     out.coordinator = coordinator
     out.log_table = FakeLog(coordinator.appended)
     out.cond, out.requested, out.results, out.last, out.last_orphans = threading.Condition(), {}, {}, {}, {}
+    out.file_base = {}
     return out
 
 
@@ -79,6 +80,26 @@ def test_due_after_the_first_round_then_every_interval(schedule):
     assert due is True and orphans is False  # orphan files hourly
     schedule.coordinator.now += timedelta(minutes=50)
     assert schedule.due("job", 1, 3)[3] is True
+
+
+def test_due_early_once_the_stream_or_lake_gained_the_file_trigger(schedule):
+    assert schedule.due("job", 1, 3, 1, 1)[1] == "scheduled"  # first round: maintained, files reset
+    schedule.coordinator.now += timedelta(seconds=10)
+    # The first answer after a run sets the base: 40 large files that compaction left are no trigger.
+    assert schedule.due("job", 1, 3, 40, 3)[0] is False
+    schedule.coordinator.now += timedelta(seconds=10)
+    assert schedule.due("job", 1, 3, 40 + ms.FILES_TRIGGER - 1, 3 + ms.FILES_TRIGGER - 1)[0] is False
+    schedule.coordinator.now += timedelta(seconds=10)
+    due, trigger, run_id, _ = schedule.due("job", 1, 3, 41, 3 + ms.FILES_TRIGGER)  # the lake's gain
+    assert (due, trigger) == (True, "files") and run_id
+    schedule.record("job", 1, 3, run_id, trigger, [{"kind": "compaction", "target": "db_lake.t1",
+                                                    "started_ms": 0, "duration_ms": 5}])
+    assert schedule.coordinator.appended[-1]["run_trigger"] == "files"
+    # A new base after the run: what it left is not counted again.
+    assert schedule.due("job", 1, 3, 41, 3 + ms.FILES_TRIGGER)[0] is False
+    assert schedule.due("job", 1, 3, 41 + ms.FILES_TRIGGER, 3)[1] == "files"  # the stream's gain
+    # Without counts (an older job) only the interval decides.
+    assert schedule.due("job", 1, 3)[0] is False
 
 
 def test_only_the_job_holding_the_table_at_its_epoch_is_answered(schedule):
@@ -139,3 +160,21 @@ def test_many_commits_of_one_table_wake_the_housekeeping():
     assert housekeeping._pressure.is_set()
     assert housekeeping._take_pressured() == {"sys.x"}
     assert not housekeeping._pressure.is_set()
+
+
+def test_many_appends_to_a_history_table_wake_its_file_check():
+    # Each append adds a data file: the count must not wait for the next pass.
+    housekeeping._take_appended(every=True)
+    housekeeping._take_pressured()
+    for _ in range(housekeeping.HISTORY_MAX_FILES - 1):
+        housekeeping.note_commit("sys.tiering_round_log")
+    assert not housekeeping._pressure.is_set()
+    assert housekeeping._take_appended() == []
+    housekeeping.note_commit("sys.tiering_round_log")
+    assert housekeeping._pressure.is_set()
+    # Expiry's take leaves the wake-up to the file check still owed.
+    assert "sys.tiering_round_log" not in housekeeping._take_pressured()
+    assert housekeeping._pressure.is_set()
+    assert housekeeping._take_appended() == ["sys.tiering_round_log"]
+    assert not housekeeping._pressure.is_set()
+    assert housekeeping._take_appended() == []

@@ -153,3 +153,30 @@ def test_maintenance_and_rounds_on_one_table_never_fail_each_other(server, worke
     assert all(r[3] is None for r in seen)
     # A stream snapshot the planner needs (the tiered position's) was kept.
     assert snapshots(spark, f"{db}.logs") >= 1
+
+
+def test_a_stream_that_gained_the_file_trigger_is_maintained_before_the_interval(server, workers, hive_cursor, db,
+                                                                                 spark):
+    from tierlake.server.coordinator.maintenance_schedule import FILES_TRIGGER
+    from tierlake.server.runtime import iceberg_maintenance as im
+
+    # The shared server's interval is the default 10 min: only the file trigger can bring the third run.
+    run(hive_cursor, f"CREATE TABLE {db}.burst (id BIGINT) TBLPROPERTIES ('table.datalake.enabled'='true', "
+                     "'table.datalake.freshness'='1 h')")
+    for n in range(2):  # the first round's run (first on this server); the next sets the base
+        spark.sql(f"INSERT INTO {db}.burst VALUES ({n})")
+        make_due(server, f"{db}.burst")
+        wait_tiered(server, f"{db}.burst")
+    for n in range(FILES_TRIGGER):  # one data file each
+        spark.sql(f"INSERT INTO {db}.burst VALUES ({100 + n})")
+    before = im.data_file_counts(iceberg_table(spark, f"{db}.burst"))[0]
+    assert before >= FILES_TRIGGER
+    make_due(server, f"{db}.burst")
+    wait_tiered(server, f"{db}.burst")
+    runs = run(hive_cursor, "SELECT run_trigger, kind, files_rewritten, detail FROM sys.lake_maintenance "
+                            "WHERE database_name = %(db)s AND table_name = 'burst' ORDER BY started_at", {"db": db})
+    assert [r[0] for r in runs if r[1] == "stream_compaction"] == ["scheduled", "files"], runs
+    compacted = next(r for r in runs if r[0] == "files" and r[1] == "stream_compaction")
+    assert compacted[2] >= FILES_TRIGGER, compacted
+    assert im.data_file_counts(iceberg_table(spark, f"{db}.burst"))[0] < before
+    lake_equals_stream(hive_cursor, db, "burst", "id")
