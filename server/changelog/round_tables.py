@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.runtime import iceberg_maintenance as im
 from tierlake.server.runtime.jvm import string_map
 from tierlake.server.runtime.session import iceberg_table
 
@@ -79,10 +80,6 @@ class RoundTables:
     def data_files(self) -> tuple[int, int] | None:
         """Live data files of the stream and the lake as loaded (snapshot summaries, no scan); None if unreadable."""
         try:
-            counts = []
-            for table in (self.stream_table, self.lake_table):
-                snapshot = table.currentSnapshot()
-                counts.append(0 if snapshot is None else int(snapshot.summary().get("total-data-files") or 0))
-            return counts[0], counts[1]
+            return im.data_file_counts(self.stream_table)[0], im.data_file_counts(self.lake_table)[0]
         except Exception:  # noqa: BLE001 - only a hint for when maintenance is due
             return None

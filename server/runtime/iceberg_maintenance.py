@@ -65,7 +65,8 @@ def data_file_counts(table: Any) -> tuple[int, int]:
     snapshot = table.currentSnapshot()
     if snapshot is None:
         return 0, 0
-    summary = dict(snapshot.summary())
+    # Two lookups on the Java map, not a copy of it entry by entry (called after every round).
+    summary = snapshot.summary()
     return int(summary.get("total-data-files") or 0), int(summary.get("total-delete-files") or 0)
 
 
