@@ -13,7 +13,16 @@ commit) and reports it finished through `CALL sys.heartbeat` (a second
 commit, plus the round history written behind the state). The worker tiers
 only the stream tables, with real rounds.
 
-Sizes are sampled every `--sample-every` commits; each report gives, per
+The primary-key stream keeps its changelog back to its newest KV snapshot
+(a rebuild reads the log after it), so its snapshots are bounded by the
+older of the 1-minute max age and that KV snapshot. With KV snapshots every
+minute checked every minute (the defaults' ratio inverted: 10 min against a
+max age of 1 d) the newest one is up to two minutes old and the stream's
+window alternates between one and two minutes of appends; the soak takes one
+every 30 s, checked every 10 s, so the max age bounds it, as in production.
+
+Sizes are sampled every `--sample-every` commits (about every 5 s, so the
+peak is the saw-tooth's, not a sample's phase); each report gives, per
 `sys` state table and per lake and stream table, the *peak* since the previous
 report (bytes and files under its location, snapshots, newest metadata file)
 and the value at the report: the sys tables' snapshots follow a saw-tooth
@@ -106,12 +115,14 @@ def main() -> None:
     parser.add_argument("--max-minutes", type=float, default=600.0)
     parser.add_argument("--append-every", type=float, default=2.0, help="seconds between appends to each stream")
     parser.add_argument("--history", default="2 min", help="tierlake.history.retention")
-    parser.add_argument("--sample-every", type=int, default=100, help="commits between size samples")
+    parser.add_argument("--sample-every", type=int, default=25, help="commits between size samples")
     parser.add_argument("--out", default="soak.json")
     args = parser.parse_args()
 
     server = start_server(**{"tierlake.tiering.workers": "1", "tierlake.coordinator.interval": "1 s",
                              "tierlake.maintenance.interval": "30 s", "tierlake.history.retention": args.history,
+                             # KV snapshots checked every 10 s (default 1 min): see the module docstring.
+                             "tierlake.kv.maintenance-interval": "10 s",
                              "tierlake.tiering.poll-interval": "0.2 s"})
     spark = server.spark
     from tierlake.server.clients.procedure_client import LocalClient
@@ -130,7 +141,7 @@ def main() -> None:
     for i in range(args.tables):
         pk = i == args.tables - 1
         cur.execute(f"CREATE TABLE soak.s{i} (id BIGINT, v STRING) TBLPROPERTIES ({props}"
-                    + (", 'primary-key'='id', 'bucket.num'='2', 'kv.snapshot.interval'='1 min')" if pk else ")"))
+                    + (", 'primary-key'='id', 'bucket.num'='2', 'kv.snapshot.interval'='30 s')" if pk else ")"))
         streams.append((f"soak.s{i}", pk))
     beats = []
     for i in range(args.beat_tables):
