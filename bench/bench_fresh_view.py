@@ -47,6 +47,9 @@ def force_round(spark: Any, table: str) -> None:
     plan = planner.plan_round(spark, stream, lake, TieredSpec.from_properties(props))
     run_round(spark, plan, table_id=0, epoch=0, job_id="bench", check_epoch=lambda: None,
               max_duration_s=3600, chunk_rows=1 << 62)
+    from tierlake.server.changelog import fresh_view
+
+    fresh_view.settle()  # the view re-pinned to the new lake snapshot (it runs behind the round)
 
 
 def build(server: Any, name: str, rows: int, history: int, pending: int) -> str:

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from tierlake.procedures import load_builtins
+from tierlake.server.changelog import fresh_view
 from tierlake.server.coordinator.coordinator import Coordinator
 from tierlake.server.exceptions import ConfigError
 from tierlake.server.gateway.handler import CallHandler
@@ -215,6 +216,7 @@ class Server:
         for step, action in (
             ("KV maintenance", lambda: self.kv_maintenance and self.kv_maintenance.stop()),
             ("tiering workers", self._stop_workers),
+            ("fresh-view re-pins", fresh_view.stop_repins),
             ("gateway", lambda: self.gateway and self.gateway.stop()),
             ("scheduler", lambda: self.coordinator and self.coordinator.stop()),
             ("backlog probe", lambda: self.backlog_probe and self.backlog_probe.stop()),

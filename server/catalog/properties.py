@@ -136,7 +136,7 @@ TABLE_PROPERTIES: tuple[Property, ...] = (
     Property(LAKE_TABLE_PROPERTY, None, "table", "the stream table's lake table (`<db><suffix>.<table>`)",
              internal=True),
     Property(FRESH_VIEW_PROPERTY, None, "table",
-             "the stream table's fresh view (`<db><suffix>.<table>`), re-created after each lake commit",
+             "the stream table's fresh view (`<db><suffix>.<table>`), re-pinned after each round with a lake commit",
              internal=True),
     Property(KV_TABLE_PROPERTY, None, "table", "the primary-key stream table's KV table (`sys.kv_…`)", internal=True),
     Property(LOG_START_PROPERTY, "0", "position", "log retention: the changelog is complete after this position",

@@ -5,11 +5,15 @@ views").
 
 The view is plain SQL with literals: the lake snapshot it reads and the
 position after which it reads the stream. Both are taken from one lake
-snapshot (its ``tiering.source-position``), and the view is re-created once
-per round, after the round's last lake commit (:func:`after_lake_commit`,
-called by the round; the pins a round of several commits skips between
-them were each as exact as the one it keeps, only reading more of the
-stream). Spark
+snapshot (its ``tiering.source-position``), and the view is re-created after
+the round's last lake commit (:func:`after_lake_commit`, called by the
+round), by the process's re-pin thread (:class:`Repinner`) rather than the
+round: a re-pin is a view commit and a metastore update (~0.3 s), and every
+pin is as exact as the newest, only reading more of the stream, so the
+round reports its table finished without waiting for it. Re-pins of one
+table are serialised (:func:`_pin_lock`) and each reads the lake as it is
+when it runs, so a later re-pin never pins further back than an earlier
+one, and pending re-pins of a table coalesce into one. Spark
 resolves the view by its metastore text, which one metastore update replaces
 (:func:`sync_metastore_text`), so a query resolves either the old pair or the
 new one; each pair alone counts every committed change
@@ -34,6 +38,8 @@ it without the server's settings.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from typing import Any
 
 from tierlake import sql
@@ -96,7 +102,14 @@ def has_incremental_catalog(spark: Any) -> bool:
 
 def render(spark: Any, stream: TablePath, lake: TablePath, view: TablePath, incremental: bool = True,
            tables: Any = None) -> str:
-    """The ``CREATE OR REPLACE VIEW`` statement pinned to the lake's current snapshot.
+    """The ``CREATE OR REPLACE VIEW`` statement pinned to the lake's current snapshot (see :func:`pinned`)."""
+    return pinned(spark, stream, lake, view, incremental, tables)[0]
+
+
+def pinned(spark: Any, stream: TablePath, lake: TablePath, view: TablePath, incremental: bool = True,
+           tables: Any = None) -> tuple[str, int]:
+    """The ``CREATE OR REPLACE VIEW`` statement pinned to the lake's current snapshot, and the
+    stream position it reads after.
 
     ``incremental``: read the stream after the snapshot at the position when
     there is one (else, or with False, scan every stream file).
@@ -124,11 +137,11 @@ def render(spark: Any, stream: TablePath, lake: TablePath, view: TablePath, incr
     comment = COMMENT.format(stream=stream, lake=lake, snapshot=snapshot_id, position=position)
     after = None if start is None else [INCREMENTAL_CATALOG_NAME, stream.database, stream.table, f"after_{start}"]
     entries = [stream.database, stream.table, "entries" if after is None else "all_entries"]
-    return sql.render_checked(
+    return (sql.render_checked(
         T_FRESH_VIEW, view=[view.database, view.table], lake=[lake.database, lake.table],
         stream=[stream.database, stream.table], stream_after=after, entries=entries,
         columns=columns, stream_columns=stream_columns, keys=spec.primary_key, sequence_by=spec.sequence_by,
-        change_type=CHANGE_TYPE, lake_snapshot=snapshot_id, position=position, comment=comment)
+        change_type=CHANGE_TYPE, lake_snapshot=snapshot_id, position=position, comment=comment), position)
 
 
 def sync_metastore_text(spark: Any, view: TablePath) -> None:
@@ -162,58 +175,168 @@ def sync_metastore_text(spark: Any, view: TablePath) -> None:
         client.close()
 
 
-def _create_view(spark: Any, stream: TablePath, lake: TablePath, view: TablePath, tables: Any = None) -> None:
+def _create_view(spark: Any, stream: TablePath, lake: TablePath, view: TablePath, tables: Any = None) -> int:
     """(Re-)create ``view``: incremental when the session can; the full scan if that fails
-    (the view's rows are the same either way, only its cost differs)."""
+    (the view's rows are the same either way, only its cost differs). Returns the position it
+    reads the stream after."""
     statement = None
     if has_incremental_catalog(spark):
         try:
-            statement = render(spark, stream, lake, view, tables=tables)
+            statement, position = pinned(spark, stream, lake, view, tables=tables)
             spark.sql(statement)
         except Exception:  # retried with the full scan below
             log.warning("could not create %s with an incremental read of %s; scanning it in full", view, stream,
                         exc_info=True)
             statement = None
     if statement is None:
-        spark.sql(render(spark, stream, lake, view, incremental=False, tables=tables))
+        statement, position = pinned(spark, stream, lake, view, incremental=False, tables=tables)
+        spark.sql(statement)
     sync_metastore_text(spark, view)
+    return position
 
 
 def create(spark: Any, config: Config | None, stream: TablePath, lake: TablePath) -> TablePath:
     """Create (or re-create) the fresh view of a tiered table and record it on the stream table."""
     view = fresh_path(config, stream)
     spark.sql(sql.render(T_CREATE_DATABASE, database=view.database))
-    _create_view(spark, stream, lake, view)
+    with _pin_lock(stream):
+        _create_view(spark, stream, lake, view)
     if _properties(spark, stream).get(FRESH_VIEW_PROPERTY) != str(view):
         iceberg_table(spark, stream.quoted).updateProperties().set(FRESH_VIEW_PROPERTY, str(view)).commit()
     log.info("fresh view %s of %s created", view, stream)
     return view
 
 
-def refresh(spark: Any, stream: TablePath, lake: TablePath, tables: Any = None) -> None:
-    """Re-pin the stream's fresh view (if it has one) to the lake's current snapshot.
+_pin_locks: dict[str, threading.Lock] = {}
+_pin_locks_guard = threading.Lock()
+
+
+def _pin_lock(stream: TablePath) -> threading.Lock:
+    """Serialises this process's re-pins and drops of one table's view: the
+    one that runs later reads the lake later, so it never pins further back."""
+    with _pin_locks_guard:
+        return _pin_locks.setdefault(str(stream).lower(), threading.Lock())
+
+
+def refresh(spark: Any, stream: TablePath, lake: TablePath, tables: Any = None) -> int | None:
+    """Re-pin the stream's fresh view (if it has one) to the lake's current snapshot, now;
+    returns the stream position it now reads after (None: no view).
 
     ``tables``: a round's tables (server/changelog/round_tables.py), refreshed
     here: the view property as it is now (a view dropped meanwhile is not
     brought back), the lake's newest commit."""
-    if tables is None:
-        view = view_of(spark, stream)
-    else:
-        name = tables.fresh_stream().properties().get(FRESH_VIEW_PROPERTY)
-        view = TablePath(*str(name).split(".", 1)) if name else None
-        tables.fresh_lake()
-    if view is not None:
-        _create_view(spark, stream, lake, view, tables)
+    with _pin_lock(stream):
+        if tables is None:
+            view = view_of(spark, stream)
+        else:
+            name = tables.fresh_stream().properties().get(FRESH_VIEW_PROPERTY)
+            view = TablePath(*str(name).split(".", 1)) if name else None
+            tables.fresh_lake()
+        return None if view is None else _create_view(spark, stream, lake, view, tables)
 
 
 def after_lake_commit(spark: Any, plan: Any) -> None:
-    """The round's hook after its last lake commit: never fails the round (the
-    old view stays correct, it only reads more of the stream; stream snapshot
-    expiry re-pins it before it could remove what the old view reads)."""
+    """The round's hook after its last lake commit: the view re-pinned by the
+    re-pin thread, soon. Never fails the round (the old view stays correct,
+    it only reads more of the stream; stream snapshot expiry re-pins it
+    before it could remove what the old view reads)."""
     try:
-        refresh(spark, plan.stream, plan.lake, getattr(plan, "tables", None))
+        repinner(spark).schedule(plan.stream, plan.lake)
     except Exception:  # see the docstring
-        log.warning("could not refresh the fresh view of %s", plan.stream, exc_info=True)
+        log.warning("could not schedule the re-pin of the fresh view of %s", plan.stream, exc_info=True)
+
+
+class Repinner:
+    """A process's thread that re-pins fresh views after rounds (see the module docstring).
+
+    Pending re-pins are kept per table, the newest request replacing an older
+    one (each reads the lake when it runs). Its own loads of the tables: a
+    round's objects belong to the round's thread."""
+
+    def __init__(self, spark: Any):
+        self.spark = spark
+        self.cond = threading.Condition()
+        self.pending: dict[str, tuple[TablePath, TablePath]] = {}
+        self.running: str | None = None
+        self.done = 0
+        self.stopping = False
+        self.thread = threading.Thread(target=self._run, name="tierlake-fresh-repin", daemon=True)
+        self.thread.start()
+
+    def schedule(self, stream: TablePath, lake: TablePath) -> None:
+        with self.cond:
+            if self.stopping:
+                return
+            self.pending[str(stream).lower()] = (stream, lake)
+            self.cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.pending and not self.stopping:
+                    self.cond.wait()
+                if not self.pending:
+                    return
+                key = next(iter(self.pending))
+                stream, lake = self.pending.pop(key)
+                self.running = key
+            try:
+                refresh(self.spark, stream, lake)
+            except Exception:  # the old pin stays, exact; the next round tries again
+                log.warning("could not refresh the fresh view of %s", stream, exc_info=True)
+            finally:
+                with self.cond:
+                    self.running = None
+                    self.done += 1
+                    self.cond.notify_all()
+
+    def settle(self, timeout: float = 60.0) -> bool:
+        """Wait until every re-pin scheduled so far ran; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while self.pending or self.running is not None:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self.thread.is_alive():
+                    return False
+                self.cond.wait(left)
+        return True
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Run what is pending (bounded by ``timeout``), then end the thread."""
+        self.settle(timeout)
+        with self.cond:
+            self.stopping = True
+            self.pending.clear()
+            self.cond.notify_all()
+        self.thread.join(timeout=timeout)
+
+
+_repinner: Repinner | None = None
+_repinner_guard = threading.Lock()
+
+
+def repinner(spark: Any) -> Repinner:
+    """The re-pin thread of this process's Spark session (a new session gets a new one)."""
+    global _repinner
+    with _repinner_guard:
+        if _repinner is None or _repinner.spark is not spark or _repinner.stopping:
+            _repinner = Repinner(spark)
+        return _repinner
+
+
+def settle(timeout: float = 60.0) -> bool:
+    """Every fresh-view re-pin scheduled in this process so far has run (tests, benchmarks)."""
+    current = _repinner
+    return True if current is None else current.settle(timeout)
+
+
+def stop_repins(timeout: float = 30.0) -> None:
+    """At shutdown, before Spark stops: pending re-pins run, then the thread ends."""
+    global _repinner
+    with _repinner_guard:
+        current, _repinner = _repinner, None
+    if current is not None:
+        current.stop(timeout)
 
 
 def drop(spark: Any, config: Config | None, stream: TablePath) -> TablePath | None:
@@ -224,11 +347,12 @@ def drop(spark: Any, config: Config | None, stream: TablePath) -> TablePath | No
     except Exception:  # noqa: BLE001 - the stream table is gone already (DROP TABLE)
         view, has_table = None, False
     view = view or fresh_path(config, stream)
-    drop_view(spark, view)
-    if has_table:
-        props = _properties(spark, stream)
-        if FRESH_VIEW_PROPERTY in props:
-            iceberg_table(spark, stream.quoted).updateProperties().remove(FRESH_VIEW_PROPERTY).commit()
+    with _pin_lock(stream):  # a re-pin in flight would bring the view back
+        drop_view(spark, view)
+        if has_table:
+            props = _properties(spark, stream)
+            if FRESH_VIEW_PROPERTY in props:
+                iceberg_table(spark, stream.quoted).updateProperties().remove(FRESH_VIEW_PROPERTY).commit()
     log.info("fresh view %s of %s dropped", view, stream)
     return view
 

@@ -9,7 +9,9 @@ which planning skips instead of treating it as a user ``DELETE``), together
 with the stream property ``tierlake.log.start-position``: the log is complete
 only after it. Stream snapshots before that position are expired, which is
 what deletes the files. A lake table whose position is before the log start
-is rebuilt from a KV snapshot (:mod:`server.tiering.snapshot_split`).
+is rebuilt from a KV snapshot (:mod:`server.tiering.snapshot_split`). The
+table's fresh view is re-pinned first, and the log removed only up to the
+position it then reads after (its re-pin runs behind the round).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from tierlake.server.catalog import properties as P
 from tierlake.server.catalog.properties import LAKE_TABLE_PROPERTY
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.changelog import fresh_view
 from tierlake.server.changelog.planner import MAINTENANCE, lake_position
 from tierlake.server.kv import catalog as kv
 from tierlake.server.kv.leases import Leases
@@ -78,6 +81,20 @@ def apply(spark: Any, stream: TablePath, now: datetime | None = None) -> Truncat
             return result
         cutoff_ms = int(now.timestamp() * 1000 - parse_duration(ttl_text, P.LOG_TTL).total_seconds() * 1000)
         bound = retention_bound(spark, stream, props, now)
+        lake_name = props.get(LAKE_TABLE_PROPERTY)
+        if lake_name and bound > start:
+            # The fresh view reads the lake at the snapshot it was pinned to and
+            # the stream after that snapshot's position; its re-pin runs behind
+            # the round (or failed), so it may read from before the lake's
+            # position: removing what it reads would drop rows from it. Re-pinned
+            # first; pins only move forward, so the bound holds after it.
+            try:
+                pin = fresh_view.refresh(spark, stream, TablePath(*lake_name.split(".", 1)))
+            except Exception:
+                log.warning("log of %s kept: its fresh view could not be re-pinned", stream, exc_info=True)
+                return result
+            if pin is not None:
+                bound = min(bound, pin)
         table = iceberg_table(spark, stream.quoted)
         # The newest commit within the bound that is older than the TTL.
         snapshot, new_start = table.currentSnapshot(), 0

@@ -9,7 +9,7 @@ checked once more just before it, through the coordinator.
 
 The steps of a round, in order (:func:`run_round`): sync the lake schema →
 open the branch → per chunk: write it to the branch, quality gate, check the
-epoch, fast-forward ``main`` → drop the branch → re-pin the fresh view →
+epoch, fast-forward ``main`` → drop the branch → schedule the fresh view's re-pin →
 warn-mode quality check. Every step reads the stream and lake tables the
 plan loaded (:mod:`tierlake.server.changelog.round_tables`), refreshing the
 lake where it decides on ``main`` or the branch.

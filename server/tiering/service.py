@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from tierlake.server.changelog import fresh_view
 from tierlake.server.clients.procedure_client import JdbcClient
 from tierlake.server.exceptions import ConfigError
 from tierlake.server.runtime.config import Config
@@ -69,6 +70,7 @@ class TieringService:
             worker.stop()
         for worker in self.workers:
             worker.join(timeout=60)
+        fresh_view.stop_repins()  # before Spark stops: pending re-pins run
         if self.spark is not None:
             self.spark.stop()
             self.spark = None

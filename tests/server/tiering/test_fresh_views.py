@@ -13,8 +13,9 @@ the lake plus the changes committed after the tiered position.
   every tiered stream file moved away the view still answers (the full scan
   fails), and the rows it reads from the stream are the pending ones only;
 - a view whose start snapshot's child was expired falls back to the full
-  scan when re-pinned; stream snapshot expiry re-pins a view a failed
-  refresh left behind before it expires what that view reads.
+  scan when re-pinned; stream snapshot expiry and log retention re-pin a
+  view left behind (its re-pin still pending, or failed) before they remove
+  what that view reads.
 
 Rounds run in the test's thread (no worker), so "a round at a random moment"
 is a step hypothesis chooses.
@@ -55,6 +56,7 @@ def force_round(spark, table: str, chunk_rows: int = 1_000_000) -> None:
     plan = planner.plan_round(spark, stream, lake, TieredSpec.from_properties(props))
     run_round(spark, plan, table_id=0, epoch=0, job_id="test", check_epoch=lambda: None, max_duration_s=600,
               chunk_rows=chunk_rows)
+    assert fresh_view.settle()  # the round's re-pin, which runs behind it
 
 
 def create(cursor, name: str, pk: bool) -> str:
@@ -343,6 +345,41 @@ def test_stream_expiry_repins_a_view_left_behind(hive_cursor, spark, monkeypatch
     start = fresh_view.incremental_start(iceberg_table(spark, stream.quoted), position)
     assert f"after_{start}" in view_text(spark, fresh)
     assert rows_of(spark, fresh) == sorted(logged)
+
+
+def test_log_retention_repins_a_view_left_behind(hive_cursor, spark, monkeypatch):
+    """The view re-pins behind the round (or a refresh failed), so it may read
+    the stream from before the lake's position: log retention re-pins it
+    before removing the changelog up to that position, and removes nothing
+    when it cannot."""
+    from tierlake.server.kv import log_retention
+
+    table = create(hive_cursor, f"ttl{next(_counter)}", pk=False)
+    stream, lake, fresh = paths(table)
+    logged: list[tuple] = []
+    commit_batches(spark, table, False, [[(1, 1.0, None)]], [], logged)
+    force_round(spark, table)
+    pinned = view_text(spark, fresh)
+    commit_batches(spark, table, False, [[(2, 2.0, None)]], [], logged)
+    with monkeypatch.context() as m:
+        m.setattr(fresh_view, "after_lake_commit", lambda spark, plan: None)
+        force_round(spark, table)
+    commit_batches(spark, table, False, [[(3, 3.0, None)]], [], logged)
+    position = lake_position(iceberg_table(spark, lake.quoted))[0]
+    run(hive_cursor, f"ALTER TABLE {table} SET TBLPROPERTIES ('table.log.ttl'='0 s')")
+    assert view_text(spark, fresh) == pinned and rows_of(spark, fresh) == sorted(logged)
+
+    with monkeypatch.context() as m:
+        m.setattr(fresh_view, "refresh", lambda *a: (_ for _ in ()).throw(RuntimeError("metastore down")))
+        kept = log_retention.apply(spark, stream)
+    assert kept.removed_files == 0 and kept.log_start_position == 0, kept
+    assert view_text(spark, fresh) == pinned and rows_of(spark, fresh) == sorted(logged)
+
+    truncated = log_retention.apply(spark, stream)
+    assert truncated.log_start_position == position and truncated.removed_files >= 2, truncated
+    assert view_text(spark, fresh) != pinned
+    assert rows_of(spark, fresh) == sorted(logged)
+    assert spark.sql(f"SELECT id FROM {table}").collect() == [(3,)]  # only the pending commit is left
 
 
 def test_readers_query_the_view_not_the_incremental_catalog(spark):

@@ -44,8 +44,10 @@ def one_round(spark, table: str, chunk_rows: int = 1_000_000):
     lake = parse_table_path(f"{stream.database}_lake.{stream.table}")
     props = {str(k): str(v) for k, v in dict(iceberg_table(spark, stream.quoted).properties()).items()}
     plan = planner.plan_round(spark, stream, lake, TieredSpec.from_properties(props))
-    return run_round(spark, plan, table_id=0, epoch=0, job_id="test", check_epoch=lambda: None,
-                     max_duration_s=600, chunk_rows=chunk_rows)
+    result = run_round(spark, plan, table_id=0, epoch=0, job_id="test", check_epoch=lambda: None,
+                       max_duration_s=600, chunk_rows=chunk_rows)
+    assert fresh_view.settle()  # the round's re-pin, which runs behind it
+    return result
 
 
 @pytest.fixture

@@ -1,0 +1,87 @@
+"""The fresh-view re-pin thread (no JVM): coalescing, settling, stopping, serialising a table's re-pins."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.changelog import fresh_view
+
+
+def test_requests_for_a_table_coalesce_and_settle_waits_for_them(monkeypatch):
+    started, release, calls = threading.Event(), threading.Event(), []
+
+    def refresh(spark, stream, lake, tables=None):
+        calls.append(str(stream))
+        started.set()
+        release.wait(10)
+
+    monkeypatch.setattr(fresh_view, "refresh", refresh)
+    repins = fresh_view.Repinner(spark=object())
+    a, b = TablePath("db", "a"), TablePath("db", "b")
+    repins.schedule(a, TablePath("db_lake", "a"))
+    assert started.wait(10)  # a's first re-pin is running
+    for _ in range(5):  # rounds of a and b meanwhile
+        repins.schedule(a, TablePath("db_lake", "a"))
+        repins.schedule(b, TablePath("db_lake", "b"))
+    assert not repins.settle(timeout=0.2)
+    release.set()
+    assert repins.settle(timeout=10)
+    # One running, then one per table for everything that came in meanwhile.
+    assert sorted(calls) == ["db.a", "db.a", "db.b"]
+    repins.stop()
+    assert not repins.thread.is_alive()
+
+
+def test_a_failing_re_pin_is_logged_and_the_next_still_runs(monkeypatch, caplog):
+    calls = []
+
+    def refresh(spark, stream, lake, tables=None):
+        calls.append(str(stream))
+        if stream.table == "bad":
+            raise RuntimeError("metastore down")
+
+    monkeypatch.setattr(fresh_view, "refresh", refresh)
+    repins = fresh_view.Repinner(spark=object())
+    repins.schedule(TablePath("db", "bad"), TablePath("db_lake", "bad"))
+    repins.schedule(TablePath("db", "good"), TablePath("db_lake", "good"))
+    assert repins.settle(timeout=10)
+    assert calls == ["db.bad", "db.good"]
+    assert "could not refresh the fresh view of db.bad" in caplog.text
+    repins.stop()
+
+
+def test_stop_runs_what_is_pending_and_later_requests_are_ignored(monkeypatch):
+    calls = []
+    monkeypatch.setattr(fresh_view, "refresh", lambda spark, stream, lake, tables=None: calls.append(str(stream)))
+    repins = fresh_view.Repinner(spark=object())
+    repins.schedule(TablePath("db", "a"), TablePath("db_lake", "a"))
+    repins.stop()
+    repins.schedule(TablePath("db", "b"), TablePath("db_lake", "b"))
+    time.sleep(0.1)
+    assert calls == ["db.a"] and not repins.thread.is_alive()
+
+
+def test_one_process_thread_per_spark_session():
+    spark = object()
+    try:
+        first = fresh_view.repinner(spark)
+        assert fresh_view.repinner(spark) is first
+        assert fresh_view.repinner(object()) is not first  # a new session (tests restart Spark)
+    finally:
+        fresh_view.stop_repins()
+        first.stop()
+    assert fresh_view.settle(timeout=0.1)
+
+
+def test_a_tables_re_pins_and_drop_are_serialised(monkeypatch):
+    # The lock a re-pin holds while it reads the lake and writes the view.
+    stream = TablePath("db", "t")
+    lock = fresh_view._pin_lock(stream)
+    assert fresh_view._pin_lock(TablePath("DB", "T")) is lock  # names are case-insensitive
+    assert fresh_view._pin_lock(TablePath("db", "u")) is not lock
+    seen = []
+    monkeypatch.setattr(fresh_view, "view_of", lambda spark, s: seen.append(lock.locked()) or None)
+    fresh_view.refresh(object(), stream, TablePath("db_lake", "t"))
+    assert seen == [True]
