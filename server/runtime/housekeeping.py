@@ -58,56 +58,66 @@ RETENTION = {
 HISTORY_TABLES = ("sys.tiering_round_log", "sys.quality_results", "sys.lake_maintenance_log")
 _CREATE = re.compile(r"CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+(sys\.\w+)", re.IGNORECASE)
 
-_commits: dict[str, int] = {}
-_appends: dict[str, int] = {}
-_commits_lock = threading.Lock()
-_pressure = threading.Event()
-_total = 0
-_totals: dict[str, int] = {}
+class CommitCounts:
+    """Commits of ``sys`` tables since their last expiry and file check, and the
+    event that wakes the housekeeping for them. One per process
+    (:data:`_counts`); tests make their own, since a server's housekeeper in
+    the same process takes from the process's."""
+
+    def __init__(self) -> None:
+        self.commits: dict[str, int] = {}
+        self.appends: dict[str, int] = {}
+        self.lock = threading.Lock()
+        self.pressure = threading.Event()
+        self.total = 0
+        self.totals: dict[str, int] = {}
+
+    def note(self, name: str) -> None:
+        with self.lock:
+            self.total += 1
+            self.totals[name] = self.totals.get(name, 0) + 1
+            self.commits[name] = self.commits.get(name, 0) + 1
+            if name in HISTORY_TABLES:
+                self.appends[name] = self.appends.get(name, 0) + 1
+                if self.appends[name] >= HISTORY_MAX_FILES:
+                    self.pressure.set()
+            if self.commits[name] >= COMMITS_BEFORE_EXPIRY:
+                self.pressure.set()
+
+    def take_pressured(self) -> set[str]:
+        """Tables whose snapshots are due for expiry (their commit counts restart)."""
+        with self.lock:
+            names = {n for n, c in self.commits.items() if c >= COMMITS_BEFORE_EXPIRY}
+            for name in names:
+                self.commits[name] = 0
+            if not any(c >= HISTORY_MAX_FILES for c in self.appends.values()):
+                self.pressure.clear()
+            return names
+
+    def take_appended(self, every: bool = False) -> list[str]:
+        """History tables due for a file-count check: those that made
+        :data:`HISTORY_MAX_FILES` commits since their last one (all if ``every``)."""
+        with self.lock:
+            names = [n for n in HISTORY_TABLES if every or self.appends.get(n, 0) >= HISTORY_MAX_FILES]
+            for name in names:
+                self.appends[name] = 0
+            if not any(c >= COMMITS_BEFORE_EXPIRY for c in self.commits.values()):
+                self.pressure.clear()
+            return names
+
+
+_counts = CommitCounts()
 
 
 def commits_total(name: str | None = None) -> int:
     """``sys`` commits made through ``SmallTable`` by this process, of table
     ``name`` or of all (logs, tests, benchmarks)."""
-    return _total if name is None else _totals.get(name, 0)
+    return _counts.total if name is None else _counts.totals.get(name, 0)
 
 
 def note_commit(name: str) -> None:
     """A ``sys`` table committed; enough commits wake the housekeeping early."""
-    global _total
-    with _commits_lock:
-        _total += 1
-        _totals[name] = _totals.get(name, 0) + 1
-        _commits[name] = _commits.get(name, 0) + 1
-        if name in HISTORY_TABLES:
-            _appends[name] = _appends.get(name, 0) + 1
-            if _appends[name] >= HISTORY_MAX_FILES:
-                _pressure.set()
-        if _commits[name] >= COMMITS_BEFORE_EXPIRY:
-            _pressure.set()
-
-
-def _take_pressured() -> set[str]:
-    """Tables whose snapshots are due for expiry (their commit counts restart)."""
-    with _commits_lock:
-        names = {n for n, c in _commits.items() if c >= COMMITS_BEFORE_EXPIRY}
-        for name in names:
-            _commits[name] = 0
-        if not any(c >= HISTORY_MAX_FILES for c in _appends.values()):
-            _pressure.clear()
-        return names
-
-
-def _take_appended(every: bool = False) -> list[str]:
-    """History tables due for a file-count check: those that made
-    :data:`HISTORY_MAX_FILES` commits since their last one (all if ``every``)."""
-    with _commits_lock:
-        names = [n for n in HISTORY_TABLES if every or _appends.get(n, 0) >= HISTORY_MAX_FILES]
-        for name in names:
-            _appends[name] = 0
-        if not any(c >= COMMITS_BEFORE_EXPIRY for c in _commits.values()):
-            _pressure.clear()
-        return names
+    _counts.note(name)
 
 
 def state_tables() -> list[str]:
@@ -214,8 +224,8 @@ class Housekeeper(threading.Thread):
         done: dict[str, Any] = {}
         if slow:
             done["retention"] = self.apply_retention()
-        done["compacted"] = self.compact_history(_take_appended(every=True))
-        _take_pressured()
+        done["compacted"] = self.compact_history(_counts.take_appended(every=True))
+        _counts.take_pressured()
         done["expired"] = {k: v for k, v in self.expire().items() if v}
         if slow:
             done["orphans"] = self.remove_orphans()
@@ -233,15 +243,15 @@ class Housekeeper(threading.Thread):
                 except Exception:
                     log.exception("sys housekeeping failed")
                 next_pass = time.monotonic() + self.interval.total_seconds()
-            elif _pressure.wait(min(1.0, max(0.0, next_pass - time.monotonic()))):
+            elif _counts.pressure.wait(min(1.0, max(0.0, next_pass - time.monotonic()))):
                 # A table made many commits since its last expiry or file check: just those now.
-                compacted = self.compact_history(_take_appended())
+                compacted = self.compact_history(_counts.take_appended())
                 if compacted:
                     log.info("sys housekeeping: compacted %s", compacted)
-                self.expire(sorted(_take_pressured()))
+                self.expire(sorted(_counts.take_pressured()))
 
     def stop(self) -> None:
         self.stop_event.set()
-        _pressure.set()
+        _counts.pressure.set()
         if self.is_alive():
             self.join(timeout=60)

@@ -151,30 +151,39 @@ def test_the_state_tables_are_every_migration_table():
     assert set(housekeeping.RETENTION) <= set(tables)
 
 
+# Their own counts: a server's housekeeper in this process takes from the process's.
+
+
 def test_many_commits_of_one_table_wake_the_housekeeping():
-    housekeeping._take_pressured()
+    counts = housekeeping.CommitCounts()
     for _ in range(housekeeping.COMMITS_BEFORE_EXPIRY - 1):
-        housekeeping.note_commit("sys.x")
-    assert not housekeeping._pressure.is_set()
-    housekeeping.note_commit("sys.x")
-    assert housekeeping._pressure.is_set()
-    assert housekeeping._take_pressured() == {"sys.x"}
-    assert not housekeeping._pressure.is_set()
+        counts.note("sys.x")
+    assert not counts.pressure.is_set()
+    counts.note("sys.x")
+    assert counts.pressure.is_set()
+    assert counts.take_pressured() == {"sys.x"}
+    assert not counts.pressure.is_set()
+    assert counts.total == counts.totals["sys.x"] == housekeeping.COMMITS_BEFORE_EXPIRY
 
 
 def test_many_appends_to_a_history_table_wake_its_file_check():
     # Each append adds a data file: the count must not wait for the next pass.
-    housekeeping._take_appended(every=True)
-    housekeeping._take_pressured()
+    counts = housekeeping.CommitCounts()
     for _ in range(housekeeping.HISTORY_MAX_FILES - 1):
-        housekeeping.note_commit("sys.tiering_round_log")
-    assert not housekeeping._pressure.is_set()
-    assert housekeeping._take_appended() == []
-    housekeeping.note_commit("sys.tiering_round_log")
-    assert housekeeping._pressure.is_set()
+        counts.note("sys.tiering_round_log")
+    assert not counts.pressure.is_set()
+    assert counts.take_appended() == []
+    counts.note("sys.tiering_round_log")
+    assert counts.pressure.is_set()
     # Expiry's take leaves the wake-up to the file check still owed.
-    assert "sys.tiering_round_log" not in housekeeping._take_pressured()
-    assert housekeeping._pressure.is_set()
-    assert housekeeping._take_appended() == ["sys.tiering_round_log"]
-    assert not housekeeping._pressure.is_set()
-    assert housekeeping._take_appended() == []
+    assert "sys.tiering_round_log" not in counts.take_pressured()
+    assert counts.pressure.is_set()
+    assert counts.take_appended() == ["sys.tiering_round_log"]
+    assert not counts.pressure.is_set()
+    assert counts.take_appended() == []
+
+
+def test_the_process_counts_are_what_note_commit_counts():
+    before = housekeeping.commits_total("sys.y")
+    housekeeping.note_commit("sys.y")
+    assert housekeeping.commits_total("sys.y") == before + 1
