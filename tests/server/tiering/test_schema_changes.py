@@ -31,11 +31,14 @@ def lake_columns(cursor, lake: str) -> list[str]:
 
 
 def lake_commits(spark, lake: str) -> int:
-    """Tiering commits on the lake table's main (one per chunk)."""
+    """Tiering commits on the lake table's main (one per chunk). Managed
+    compaction carries the tiering summary (the position survives expiry) and
+    may run after the round: its commits are marked ``tierlake.maintenance``."""
     table, count = iceberg_table(spark, lake), 0
     snapshot = table.currentSnapshot()
     while snapshot is not None:
-        count += "tiering.source-position" in dict(snapshot.summary())
+        summary = dict(snapshot.summary())
+        count += "tiering.source-position" in summary and "tierlake.maintenance" not in summary
         parent = snapshot.parentId()
         snapshot = table.snapshot(parent) if parent is not None else None
     return count
