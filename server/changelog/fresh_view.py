@@ -258,7 +258,6 @@ class Repinner:
         self.cond = threading.Condition()
         self.pending: dict[str, tuple[TablePath, TablePath]] = {}
         self.running: str | None = None
-        self.done = 0
         self.stopping = False
         self.thread = threading.Thread(target=self._run, name="tierlake-fresh-repin", daemon=True)
         self.thread.start()
@@ -287,7 +286,6 @@ class Repinner:
             finally:
                 with self.cond:
                     self.running = None
-                    self.done += 1
                     self.cond.notify_all()
 
     def settle(self, timeout: float = 60.0) -> bool:

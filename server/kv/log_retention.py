@@ -51,10 +51,14 @@ class Truncation:
                 self.expired_snapshots)
 
 
+def _lake(props: dict[str, str]) -> TablePath | None:
+    name = props.get(LAKE_TABLE_PROPERTY)
+    return TablePath(*name.split(".", 1)) if name else None
+
+
 def retention_bound(spark: Any, stream: TablePath, props: dict[str, str], now: datetime) -> int:
     """The highest position whose changelog is no longer needed by the lake or by a KV snapshot."""
-    lake_name = props.get(LAKE_TABLE_PROPERTY)
-    lake = TablePath(*lake_name.split(".", 1)) if lake_name else None
+    lake = _lake(props)
     if lake is None or not spark.catalog.tableExists(lake.quoted):
         return 0
     bound = lake_position(iceberg_table(spark, lake.quoted))[0]
@@ -81,15 +85,14 @@ def apply(spark: Any, stream: TablePath, now: datetime | None = None) -> Truncat
             return result
         cutoff_ms = int(now.timestamp() * 1000 - parse_duration(ttl_text, P.LOG_TTL).total_seconds() * 1000)
         bound = retention_bound(spark, stream, props, now)
-        lake_name = props.get(LAKE_TABLE_PROPERTY)
-        if lake_name and bound > start:
+        if bound > start:  # a bound above 0 means a lake table
             # The fresh view reads the lake at the snapshot it was pinned to and
             # the stream after that snapshot's position; its re-pin runs behind
             # the round (or failed), so it may read from before the lake's
             # position: removing what it reads would drop rows from it. Re-pinned
             # first; pins only move forward, so the bound holds after it.
             try:
-                pin = fresh_view.refresh(spark, stream, TablePath(*lake_name.split(".", 1)))
+                pin = fresh_view.refresh(spark, stream, _lake(props))
             except Exception:
                 log.warning("log of %s kept: its fresh view could not be re-pinned", stream, exc_info=True)
                 return result

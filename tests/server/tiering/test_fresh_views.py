@@ -309,11 +309,10 @@ def test_view_falls_back_to_the_full_scan_when_its_start_cannot_be_read(hive_cur
     assert rows_of(spark, fresh) == sorted(logged)
 
 
-def test_stream_expiry_repins_a_view_left_behind(hive_cursor, spark, monkeypatch):
-    """A round whose refresh failed left the view reading after an older
-    snapshot; stream expiry re-pins it before expiring that snapshot, and
-    keeps every snapshot when it cannot."""
-    table = create(hive_cursor, f"repin{next(_counter)}", pk=False)
+def view_left_behind(cursor, spark, monkeypatch, prefix: str) -> tuple:
+    """A log table whose view was pinned by a round, then not re-pinned by the
+    next (its re-pin pending or failed), with a commit after it."""
+    table = create(cursor, f"{prefix}{next(_counter)}", pk=False)
     stream, lake, fresh = paths(table)
     logged: list[tuple] = []
     commit_batches(spark, table, False, [[(1, 1.0, None)]], [], logged)
@@ -324,6 +323,18 @@ def test_stream_expiry_repins_a_view_left_behind(hive_cursor, spark, monkeypatch
         m.setattr(fresh_view, "after_lake_commit", lambda spark, plan: None)
         force_round(spark, table)
     commit_batches(spark, table, False, [[(3, 3.0, None)]], [], logged)
+    return table, stream, lake, fresh, pinned, logged
+
+
+def failing_refresh(*args, **kwargs):
+    raise RuntimeError("metastore down")
+
+
+def test_stream_expiry_repins_a_view_left_behind(hive_cursor, spark, monkeypatch):
+    """A round whose refresh failed left the view reading after an older
+    snapshot; stream expiry re-pins it before expiring that snapshot, and
+    keeps every snapshot when it cannot."""
+    table, stream, lake, fresh, pinned, logged = view_left_behind(hive_cursor, spark, monkeypatch, "repin")
     assert view_text(spark, fresh) == pinned  # left behind, still exact
     assert rows_of(spark, fresh) == sorted(logged)
     position = lake_position(iceberg_table(spark, lake.quoted))[0]
@@ -335,7 +346,7 @@ def test_stream_expiry_repins_a_view_left_behind(hive_cursor, spark, monkeypatch
         return action
 
     with monkeypatch.context() as m:
-        m.setattr(fresh_view, "refresh", lambda *a: (_ for _ in ()).throw(RuntimeError("metastore down")))
+        m.setattr(fresh_view, "refresh", failing_refresh)
         action = expire()
     assert action.snapshots_expired == 0 and action.detail.startswith("kept all"), action
     assert view_text(spark, fresh) == pinned and rows_of(spark, fresh) == sorted(logged)
@@ -354,23 +365,13 @@ def test_log_retention_repins_a_view_left_behind(hive_cursor, spark, monkeypatch
     when it cannot."""
     from tierlake.server.kv import log_retention
 
-    table = create(hive_cursor, f"ttl{next(_counter)}", pk=False)
-    stream, lake, fresh = paths(table)
-    logged: list[tuple] = []
-    commit_batches(spark, table, False, [[(1, 1.0, None)]], [], logged)
-    force_round(spark, table)
-    pinned = view_text(spark, fresh)
-    commit_batches(spark, table, False, [[(2, 2.0, None)]], [], logged)
-    with monkeypatch.context() as m:
-        m.setattr(fresh_view, "after_lake_commit", lambda spark, plan: None)
-        force_round(spark, table)
-    commit_batches(spark, table, False, [[(3, 3.0, None)]], [], logged)
+    table, stream, lake, fresh, pinned, logged = view_left_behind(hive_cursor, spark, monkeypatch, "ttl")
     position = lake_position(iceberg_table(spark, lake.quoted))[0]
     run(hive_cursor, f"ALTER TABLE {table} SET TBLPROPERTIES ('table.log.ttl'='0 s')")
     assert view_text(spark, fresh) == pinned and rows_of(spark, fresh) == sorted(logged)
 
     with monkeypatch.context() as m:
-        m.setattr(fresh_view, "refresh", lambda *a: (_ for _ in ()).throw(RuntimeError("metastore down")))
+        m.setattr(fresh_view, "refresh", failing_refresh)
         kept = log_retention.apply(spark, stream)
     assert kept.removed_files == 0 and kept.log_start_position == 0, kept
     assert view_text(spark, fresh) == pinned and rows_of(spark, fresh) == sorted(logged)
