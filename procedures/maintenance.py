@@ -48,7 +48,9 @@ def maintenance_due(ctx: Context, job_id: str, table_id: int, tiering_epoch: int
 
     Only the job holding the table at that epoch gets an answer (else the
     error of a stale heartbeat entry); due when tierlake.maintenance.interval
-    passed since the table's last maintenance (run_trigger 'scheduled'), when
+    passed since the table's last maintenance (run_trigger 'scheduled'; a
+    table with none in sys.lake_maintenance counts from its registration, so
+    a new table's first round carries no maintenance), when
     the stream or the lake table gained 16 data files since then ('files'),
     or when sys.run_maintenance asked ('requested'); orphan_files says whether
     to include orphan-file removal (requested runs, else at most hourly per table).

@@ -13,6 +13,7 @@ from tierlake.server.catalog.spec import CHANGE_TYPE, Column, TieredSpec, data_c
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.exceptions import InvalidArgumentError, TierlakeError
 from tierlake.server.runtime.config import Config
+from tierlake.server.runtime.iceberg_maintenance import METADATA_PROPERTIES
 from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.tables")
@@ -59,6 +60,8 @@ def create_lake_table(spark: Any, stream: TablePath, lake: TablePath, columns: l
 def stream_properties(properties: dict[str, str], lake: TablePath) -> dict[str, str]:
     props = dict(properties)
     props.setdefault(FORMAT_VERSION, "2")
+    for key, value in METADATA_PROPERTIES.items():  # users' one-row INSERTs leave no metadata.json each
+        props.setdefault(key, value)
     props[LAKE_TABLE_PROPERTY] = str(lake)
     return props
 

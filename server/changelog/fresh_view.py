@@ -161,18 +161,46 @@ def sync_metastore_text(spark: Any, view: TablePath) -> None:
     catalog = spark._jsparkSession.sessionState().catalogManager().catalog("spark_catalog")
     identifier = jclass("org.apache.spark.sql.connector.catalog.Identifier", jvm).of(namespace, view.table)
     text = catalog.loadView(identifier).query()
-    hive_conf_class = jclass("org.apache.hadoop.hive.conf.HiveConf", jvm)
-    hive_conf = jclass("java.lang.Class", jvm).forName("org.apache.hadoop.hive.conf.HiveConf")
-    client = jclass("org.apache.hadoop.hive.metastore.HiveMetaStoreClient", jvm)(
-        hive_conf_class(spark._jsc.hadoopConfiguration(), hive_conf))
-    try:
+
+    def update(client: Any) -> None:
         table = client.getTable(view.database, view.table)
         if table.getViewExpandedText() != text or table.getViewOriginalText() != text:
             table.setViewOriginalText(text)
             table.setViewExpandedText(text)
             client.alter_table(view.database, view.table, table)
-    finally:
-        client.close()
+
+    _with_metastore(spark, update)
+
+
+_metastore_lock = threading.Lock()
+_metastore: list[tuple[Any, Any]] = []  # (jvm, client): the process's client, made on first use
+
+
+def _with_metastore(spark: Any, use: Any) -> Any:
+    """``use(client)`` with the process's Hive metastore client, one at a time: an embedded
+    metastore's client builds its own handler, which cost a large part of every re-pin when
+    made per call. A client that fails is closed and made again once."""
+    jvm = spark.sparkContext._jvm
+    with _metastore_lock:
+        for attempt in (0, 1):
+            if not _metastore or _metastore[0][0] is not jvm:
+                hive_conf_class = jclass("org.apache.hadoop.hive.conf.HiveConf", jvm)
+                hive_conf = jclass("java.lang.Class", jvm).forName("org.apache.hadoop.hive.conf.HiveConf")
+                client = jclass("org.apache.hadoop.hive.metastore.HiveMetaStoreClient", jvm)(
+                    hive_conf_class(spark._jsc.hadoopConfiguration(), hive_conf))
+                _metastore[:] = [(jvm, client)]
+            client = _metastore[0][1]
+            try:
+                return use(client)
+            except Exception:
+                _metastore.clear()
+                try:
+                    client.close()
+                except Exception:  # noqa: BLE001 - already broken
+                    pass
+                if attempt:
+                    raise
+    return None
 
 
 def _create_view(spark: Any, stream: TablePath, lake: TablePath, view: TablePath, tables: Any = None) -> int:

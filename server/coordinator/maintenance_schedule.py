@@ -5,12 +5,15 @@ assignment, after a round and before the job reports it finished: while a
 job holds the table (status ``Tiering`` with its epoch) no other round of the
 table can be assigned, so maintenance and rounds never race. The worker asks
 :meth:`MaintenanceSchedule.due` (``CALL sys.maintenance_due``), which checks
-the assignment and answers yes when the table was never maintained by this
-server, when ``tierlake.maintenance.interval`` has passed since its last
-run, when the lake or the stream table gained :data:`FILES_TRIGGER` data
-files since its last run (a timer alone lets small files pile up as fast as
-appends come), or when ``CALL sys.run_maintenance`` asked for it; the worker reports
-what it did with ``CALL sys.record_maintenance`` (``sys.lake_maintenance_log``).
+the assignment and answers yes when ``tierlake.maintenance.interval`` has
+passed since the table's last run (its last run in the history,
+``sys.lake_maintenance_log``, read once per server; a table without one
+counts from its registration, so a new table's first rounds carry no
+maintenance, and a restart does not run every table's at once),
+when the lake or the stream table gained :data:`FILES_TRIGGER` data files
+since its last run (a timer alone lets small files pile up as fast as
+appends come), or when ``CALL sys.run_maintenance`` asked for it; the worker
+reports what it did with ``CALL sys.record_maintenance`` (``sys.lake_maintenance_log``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from tierlake import sql
 from tierlake.server.coordinator.state_machine import Status
 from tierlake.server.exceptions import FencedEpochError, MaintenanceNotRunError, NotAssignedError, UnknownTableIdError
 from tierlake.server.runtime.state_table import SmallTable
@@ -30,6 +34,7 @@ from tierlake.server.runtime.state_table import SmallTable
 log = logging.getLogger("tierlake.maintenance")
 
 LOG_TABLE = "sys.lake_maintenance_log"
+Q_LAST_MAINTENANCE = "queries/last_maintenance.sql"
 SCHEDULED, REQUESTED, FILES = "scheduled", "requested", "files"
 TRIGGERS = (SCHEDULED, REQUESTED, FILES)
 ORPHANS_EVERY = timedelta(hours=1)
@@ -72,6 +77,24 @@ class MaintenanceSchedule:
         self.last_orphans: dict[int, datetime] = {}
         # Data files of (stream, lake) as first reported after the last run.
         self.file_base: dict[int, tuple[int, int]] = {}
+        self._history: dict[int, datetime] | None = None  # last runs in the history, read once
+        self._history_lock = threading.Lock()
+
+    def _last_in_history(self, table_id: int) -> datetime | None:
+        with self._history_lock:
+            if self._history is None:
+                self._history = self._read_history()
+            return self._history.get(table_id)
+
+    def _read_history(self) -> dict[int, datetime]:
+        try:
+            rows = self.coordinator.spark.sql(sql.read(Q_LAST_MAINTENANCE)).collect()
+        except Exception:  # an unreadable history only moves the first run later
+            log.warning("could not read %s: tables count their interval from their registration", LOG_TABLE,
+                        exc_info=True)
+            return {}
+        return {int(r["table_id"]): datetime.fromtimestamp(r["last_ms"] / 1000, timezone.utc)
+                for r in rows if r["last_ms"] is not None}
 
     def interval(self) -> timedelta:
         config = self.coordinator.config
@@ -99,9 +122,16 @@ class MaintenanceSchedule:
         ``stream_files`` and ``lake_files`` live data files (when the job says).
         Orphan-file removal lists the whole table location: it runs when
         requested, else every :data:`ORPHANS_EVERY`."""
-        self._assigned(job_id, table_id, epoch)
+        state = self._assigned(job_id, table_id, epoch)
         now = self.coordinator.clock()
+        first = None
+        if table_id not in self.last:
+            # Outside the lock: a Spark query, once per server. Without a run in the history, the
+            # table's registration: a server restarted more often than the interval still maintains it.
+            first = self._last_in_history(table_id) or getattr(state, "created_at", None) or now
         with self.cond:
+            if table_id not in self.last:
+                self.last[table_id] = first
             # Only files older than an hour are orphans to remove: the first
             # scheduled pass of a table on this server is an hour after it is seen.
             last_orphans = self.last_orphans.setdefault(table_id, now)
@@ -110,10 +140,9 @@ class MaintenanceSchedule:
                 self.last_orphans[table_id] = now
                 return True, REQUESTED, self.requested[table_id], True
             interval = self.interval()
-            last = self.last.get(table_id)
             if interval.total_seconds() <= 0:
                 return False, None, None, False
-            trigger = SCHEDULED if last is None or now - last >= interval else None
+            trigger = SCHEDULED if now - self.last[table_id] >= interval else None
             if trigger is None and stream_files is not None and lake_files is not None:
                 # Gained since the last run, not a total: files compaction
                 # cannot merge (large ones, a partition's only file) would

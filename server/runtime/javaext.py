@@ -9,6 +9,9 @@ jar in jars.py. They go on the driver's class path:
   Server's custom authentication provider (only the gateway gets in);
 - ``io.tierlake.internal.SmallTables`` reads and rewrites the small ``sys``
   tables without a Spark job (server/runtime/state_table.py);
+- ``io.tierlake.internal.LakeFiles`` tiers a log table's appends by copying
+  their data files into the lake, without a Spark job
+  (server/changelog/file_copy.py);
 - ``io.tierlake.internal.LocalFileSystem`` is ``file:`` without a forked
   ``chmod`` per created file (``spark.hadoop.fs.file.impl`` of local masters);
 - ``io.tierlake.internal.IncrementalCatalog`` is the read-only catalog
@@ -39,7 +42,8 @@ SOURCES = Path(__file__).with_name("java")
 PLAN_WALKER = "io.tierlake.internal.PlanWalker"
 SECRET_AUTHENTICATOR = "io.tierlake.internal.SecretAuthenticator"
 SMALL_TABLES = "io.tierlake.internal.SmallTables"
-ICEBERG_SOURCES = {"SmallTables.java"}  # compiled against the Iceberg runtime jar
+LAKE_FILES = "io.tierlake.internal.LakeFiles"
+ICEBERG_SOURCES = {"SmallTables.java", "LakeFiles.java"}  # compiled against the Iceberg runtime jar
 LOCAL_FILE_SYSTEM = "io.tierlake.internal.LocalFileSystem"
 INCREMENTAL_CATALOG = "io.tierlake.internal.IncrementalCatalog"
 INCREMENTAL_CATALOG_NAME = "tierlake_inc"  # spark.sql.catalog.<this>, set by runtime/session.py

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tierlake.server.catalog import properties as P
-from tierlake.server.changelog import fresh_view, lake_write
+from tierlake.server.changelog import file_copy, fresh_view, lake_write
 from tierlake.server.changelog.lake_schema import Carried
 from tierlake.server.changelog.planner import SOURCE_POSITION, SOURCE_SNAPSHOT, Chunk, Plan
 from tierlake.server.changelog.positions import position_properties
@@ -180,8 +180,16 @@ def write_chunk(spark: Any, plan: Plan, chunk: Chunk, branch: str, columns: list
         point("during-write")
         snapshot_split.write_split(spark, plan, chunk.snapshot, target, properties)
         return
+    tables = _tables(spark, plan)
+    # A log table's appends as files (server/changelog/file_copy.py): no Spark job when the lake allows it.
+    # The lake object is the one that opened the branch (it sees its own commit).
+    if not plan.spec.is_primary_key and file_copy.usable(spark, tables.stream_table, tables.lake_table, chunk):
+        point("after-plan")
+        point("during-write")
+        file_copy.append(spark, tables.stream_table, tables.lake_table, chunk, branch, properties)
+        return
     with lake_write.ChangelogWrite(spark, plan.stream, plan.spec, target, chunk, columns,
-                                   stream_table=_tables(spark, plan).stream_table) as write:
+                                   stream_table=tables.stream_table) as write:
         point("after-plan")
         point("during-write")
         write.commit(properties)

@@ -20,6 +20,7 @@ class State:
     def __init__(self, table_id, status, job_id, epoch):
         self.table_id, self.status, self.job_id, self.tiering_epoch = table_id, status, job_id, epoch
         self.database_name, self.table_name, self.next_due = "db", f"t{table_id}", None
+        self.created_at = T0  # registered when the test starts
 
     @property
     def path(self):
@@ -62,11 +63,15 @@ def schedule(tmp_path):
     out.coordinator = coordinator
     out.log_table = FakeLog(coordinator.appended)
     out.cond, out.requested, out.results, out.last, out.last_orphans = threading.Condition(), {}, {}, {}, {}
-    out.file_base = {}
+    out.file_base, out._history, out._history_lock = {}, {}, threading.Lock()  # no run in the history
     return out
 
 
-def test_due_after_the_first_round_then_every_interval(schedule):
+def test_a_new_table_is_first_due_one_interval_after_its_registration_then_every_interval(schedule):
+    assert schedule.due("job", 1, 3) == (False, None, None, False)  # its first round carries no maintenance
+    schedule.coordinator.now += timedelta(minutes=9)
+    assert schedule.due("job", 1, 3)[0] is False
+    schedule.coordinator.now += timedelta(minutes=1)
     due, trigger, run_id, orphans = schedule.due("job", 1, 3)
     assert (due, trigger, orphans) == (True, "scheduled", False) and run_id
     schedule.record("job", 1, 3, run_id, trigger, [{"kind": "compaction", "target": "db_lake.t1",
@@ -82,10 +87,34 @@ def test_due_after_the_first_round_then_every_interval(schedule):
     assert schedule.due("job", 1, 3)[3] is True
 
 
+def test_a_restarted_server_continues_each_table_s_schedule_from_the_history(schedule):
+    schedule.coordinator.states[2] = State(2, Status.TIERING, "job", 1)
+    schedule._history = {1: T0 - timedelta(minutes=11), 2: T0 - timedelta(minutes=4)}
+    assert schedule.due("job", 1, 3)[:2] == (True, "scheduled")  # overdue: its last run was 11 min ago
+    assert schedule.due("job", 2, 1)[0] is False
+    schedule.coordinator.now += timedelta(minutes=6)
+    assert schedule.due("job", 2, 1)[:2] == (True, "scheduled")  # 10 min after its last run, not after the restart
+
+
+def test_a_table_registered_long_ago_and_never_maintained_is_due_at_once(schedule):
+    # A server restarted more often than the interval would otherwise never maintain it.
+    schedule.coordinator.states[1].created_at = T0 - timedelta(days=1)
+    assert schedule.due("job", 1, 3)[:2] == (True, "scheduled")
+
+
+def test_an_unreadable_history_counts_from_the_registration():
+    class Broken:
+        def sql(self, _):
+            raise RuntimeError("table not found")
+
+    out = ms.MaintenanceSchedule.__new__(ms.MaintenanceSchedule)
+    out.coordinator = type("C", (), {"spark": Broken()})()
+    out._history, out._history_lock = None, threading.Lock()
+    assert out._last_in_history(1) is None and out._history == {}
+
+
 def test_due_early_once_the_stream_or_lake_gained_the_file_trigger(schedule):
-    assert schedule.due("job", 1, 3, 1, 1)[1] == "scheduled"  # first round: maintained, files reset
-    schedule.coordinator.now += timedelta(seconds=10)
-    # The first answer after a run sets the base: 40 large files that compaction left are no trigger.
+    # The first answer sets the base: 40 large files that were there before are no trigger.
     assert schedule.due("job", 1, 3, 40, 3)[0] is False
     schedule.coordinator.now += timedelta(seconds=10)
     assert schedule.due("job", 1, 3, 40 + ms.FILES_TRIGGER - 1, 3 + ms.FILES_TRIGGER - 1)[0] is False
@@ -110,7 +139,7 @@ def test_only_the_job_holding_the_table_at_its_epoch_is_answered(schedule):
 
 
 def test_a_request_is_due_at_once_and_wakes_the_caller(schedule):
-    schedule.due("job", 1, 3)  # just maintained
+    schedule.due("job", 1, 3)  # seen: not due
     state = schedule.coordinator.states[1]
     state.status = Status.SCHEDULED
     run_id = schedule.request(1)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -144,3 +145,144 @@ def test_java_maps_and_sets_move_as_one_json_text(hive_cursor, spark):
         sorted(str(n) for n in iceberg_table(spark, lake).refs().keySet())
     assert jvm.jclass("java.lang.Integer") is jvm.jclass("java.lang.Integer")
     assert jvm.string_map({"a": 1}) == {"a": "1"} and jvm.string_list(("x",)) == ["x"]  # Python values as they are
+
+
+def jobs_of(spark, fn) -> int:
+    """Spark jobs ``fn`` started from the test's thread (its job group; the re-pin thread has its own)."""
+    group = f"round-cost-{next(_counter)}"
+    sc = spark.sparkContext
+    sc.setJobGroup(group, "round cost test")
+    try:
+        fn()
+    finally:
+        for key in ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel"):
+            sc.setLocalProperty(key, None)
+    sc._jsc.sc().listenerBus().waitUntilEmpty()  # the status tracker hears of jobs through the listener bus
+    return len(sc.statusTracker().getJobIdsForGroup(group))
+
+
+def data_files(spark, table: str) -> list[tuple[str, int]]:
+    return [(r[0], r[1]) for r in spark.sql(f"SELECT file_path, record_count FROM {table}.files").collect()]
+
+
+def pending(spark, table: str):
+    """The plan of the table's next round and its first chunk."""
+    stream = parse_table_path(table)
+    lake = parse_table_path(f"{stream.database}_lake.{stream.table}")
+    props = {str(k): str(v) for k, v in dict(iceberg_table(spark, stream.quoted).properties()).items()}
+    plan = planner.plan_round(spark, stream, lake, TieredSpec.from_properties(props))
+    return plan, plan.chunks(1_000_000)[0]
+
+
+def why_not_copied(spark, table: str) -> str | None:
+    from tierlake.server.changelog import file_copy
+
+    plan, chunk = pending(spark, table)
+    return file_copy.blocker(spark, plan.tables.stream_table, plan.tables.lake_table, chunk)
+
+
+def test_a_log_round_copies_the_files_its_appends_added_into_the_lake_without_a_spark_job(hive_cursor, spark):
+    table, lake, fresh = create(hive_cursor, pk=False)
+    for i in range(3):  # a data file each
+        spark.sql(f"INSERT INTO {table} VALUES ({i}, {i}.0)")
+    stream_files = data_files(spark, table)
+
+    assert jobs_of(spark, lambda: one_round(spark, table)) == 0
+
+    lake_location = str(iceberg_table(spark, lake).location())
+    copied = data_files(spark, lake)
+    assert len(copied) == len(stream_files) == 3
+    assert all(path.startswith(lake_location) and path.rsplit("/", 1)[1].startswith("tierlake_")
+               for path, _ in copied), copied
+    assert sorted(n for _, n in copied) == sorted(n for _, n in stream_files)
+    assert not {p for p, _ in copied} & {p for p, _ in stream_files}  # copies, never the stream's own files
+    summary = {str(k): str(v) for k, v in dict(iceberg_table(spark, lake).currentSnapshot().summary()).items()}
+    assert summary["tiering.source-position"] == str(iceberg_table(spark, table).currentSnapshot().sequenceNumber())
+    # The stream's files can go (its maintenance deletes them): the lake keeps its own.
+    for path, _ in stream_files:
+        Path(path.removeprefix("file:")).unlink()
+    expected = [(i, float(i)) for i in range(3)]
+    assert sorted(tuple(r) for r in spark.sql(f"SELECT id, v FROM {lake}").collect()) == expected
+    assert sorted(tuple(r) for r in spark.sql(f"SELECT id, v FROM {fresh}").collect()) == expected
+    run(hive_cursor, f"DROP TABLE {table}")  # no later test's worker or maintenance meets its missing files
+
+
+def test_a_copy_onto_a_branch_that_is_gone_writes_nothing(hive_cursor, spark):
+    from tierlake.server.changelog import file_copy
+
+    table, lake, _ = create(hive_cursor, pk=False)
+    spark.sql(f"INSERT INTO {table} VALUES (1, 1.0)")
+    plan, chunk = pending(spark, table)
+    # A fenced round whose branch a later round dropped: Iceberg would re-create it from main.
+    with pytest.raises(Exception, match="branch tierlake_0_0_gone of .* is gone"):
+        file_copy.append(spark, plan.tables.stream_table, plan.tables.lake_table, chunk, "tierlake_0_0_gone", {})
+    assert iceberg_table(spark, lake).snapshot("tierlake_0_0_gone") is None
+    assert data_files(spark, lake) == []
+    one_round(spark, table)
+    assert [tuple(r) for r in spark.sql(f"SELECT id, v FROM {lake}").collect()] == [(1, 1.0)]
+
+
+def test_a_lake_that_cannot_take_the_stream_files_is_written_through_spark(hive_cursor, spark):
+    table, lake, _ = create(hive_cursor, pk=False)
+    spark.sql(f"INSERT INTO {table} VALUES (1, 1.0)")
+    assert why_not_copied(spark, table) is None
+    one_round(spark, table)
+
+    spark.sql(f"ALTER TABLE {lake} WRITE ORDERED BY id")
+    spark.sql(f"INSERT INTO {table} VALUES (2, 2.0)")
+    assert why_not_copied(spark, table) == "the lake table has a sort order"
+    assert jobs_of(spark, lambda: one_round(spark, table)) >= 1
+    spark.sql(f"ALTER TABLE {lake} WRITE UNORDERED")
+
+    # Files imported without field ids are read through the stream's name mapping, which a copy would lose.
+    mapping = '[{"field-id": 1, "names": ["id"]}, {"field-id": 2, "names": ["v"]}]'
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('schema.name-mapping.default' = '{mapping}')")
+    spark.sql(f"INSERT INTO {table} VALUES (3, 3.0)")
+    assert why_not_copied(spark, table) == "the stream table reads some files by name mapping"
+    assert jobs_of(spark, lambda: one_round(spark, table)) >= 1
+    spark.sql(f"ALTER TABLE {table} UNSET TBLPROPERTIES ('schema.name-mapping.default')")
+
+    # A column renamed in the lake by hand: the same field id, another name.
+    spark.sql(f"ALTER TABLE {lake} RENAME COLUMN v TO by_hand")
+    spark.sql(f"INSERT INTO {table} VALUES (4, 4.0)")
+    assert why_not_copied(spark, table) == "the columns differ"
+    assert jobs_of(spark, lambda: one_round(spark, table)) >= 1
+    assert sorted(tuple(r) for r in spark.sql(f"SELECT id, v FROM {lake}").collect()) == \
+        [(1, None), (2, None), (3, None), (4, 4.0)]  # the renamed column carries nothing any more (see above)
+
+    name = f"t{next(_counter)}_part"
+    run(hive_cursor, f"CREATE TABLE {DB}.{name} (id BIGINT, v DOUBLE) TBLPROPERTIES ("
+                     "'table.datalake.enabled'='true', 'table.datalake.freshness'='1 h', "
+                     "'table.datalake.partition'='bucket(2, id)')")
+    spark.sql(f"INSERT INTO {DB}.{name} VALUES (1, 1.0), (2, 2.0)")
+    assert why_not_copied(spark, f"{DB}.{name}") == "the lake table is partitioned"
+    assert jobs_of(spark, lambda: one_round(spark, f"{DB}.{name}")) >= 1
+    assert sorted(tuple(r) for r in spark.sql(f"SELECT id, v FROM {DB}_lake.{name}").collect()) == \
+        [(1, 1.0), (2, 2.0)]
+
+
+def test_a_large_primary_key_chunk_is_kept_for_its_check_and_merge_then_let_go(hive_cursor, spark, monkeypatch):
+    from tierlake.server.changelog import lake_write
+
+    table, lake, _ = create(hive_cursor, pk=True)
+    n = lake_write.CACHE_MIN_ROWS + 500
+    cache = spark._jsparkSession.sharedState().cacheManager()
+    kept = []
+    original = lake_write.ChangelogWrite._drop_views
+    monkeypatch.setattr(lake_write.ChangelogWrite, "_drop_views",
+                        lambda self: (kept.append(self._kept is not None and not cache.isEmpty()), original(self)))
+    spark.range(n).selectExpr("id", "CAST(id AS DOUBLE) AS v", "CAST(NULL AS STRING) AS _change_type") \
+        .writeTo(table).append()
+    one_round(spark, table)
+    # Every key again in one commit: even ones updated, odd ones deleted.
+    spark.range(n).selectExpr("id", "id + 0.5 AS v", "IF(id % 2 = 0, '+U', '-D') AS _change_type") \
+        .writeTo(table).append()
+    one_round(spark, table)
+    assert kept == [True, True]
+    assert cache.isEmpty()  # let go after each chunk
+    spark.sql(f"INSERT INTO {table} VALUES (1, 1.0, NULL)")  # a small chunk is read again instead
+    one_round(spark, table)
+    assert kept == [True, True, False]
+    got = spark.sql(f"SELECT count(*), sum(v) FROM {lake}").collect()[0]
+    evens = range(0, n, 2)
+    assert (got[0], got[1]) == (len(evens) + 1, sum(i + 0.5 for i in evens) + 1.0)

@@ -1,0 +1,94 @@
+"""A log table's chunk tiered without a Spark job: the data files its
+appends added are copied into the lake table and appended to the round's
+branch in one commit (``io.tierlake.internal.LakeFiles``, compiled by
+server/runtime/javaext.py).
+
+A Spark ``INSERT … SELECT`` decodes and re-encodes every row, and even a
+one-row round pays for a Spark job (~0.15 s); a copy moves bytes. It is
+used when a stream file is also a valid lake file (``LakeFiles.blocker``):
+both tables unpartitioned (and so every file the chunk's appends added),
+the lake unsorted, the same columns with the same field ids (names, types,
+nullability), the lake's last column id at least the stream's, no name
+mapping on the stream, format version 2; and the chunk is at most
+:data:`COPY_MAX_BYTES`. That is what a tiered table has until a
+partitioned lake (``table.datalake.partition``), a sort order or a schema
+change the lake carries differently says otherwise; then the round writes
+through Spark (:class:`~tierlake.server.changelog.lake_write.ChangelogWrite`)
+as before. The rows are the same either way; only the lake's file layout
+differs (a copy keeps the stream's files, which managed compaction merges).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from tierlake.server.changelog.planner import Chunk
+from tierlake.server.runtime.javaext import LAKE_FILES
+from tierlake.server.runtime.jvm import jclass
+
+log = logging.getLogger("tierlake.tiering")
+
+# Above this many bytes a chunk is written through Spark: a copy moves the bytes through the
+# driver one file at a time, Spark's tasks read and write in parallel (it matters on object stores).
+COPY_MAX_BYTES = 512 * 1024 * 1024
+
+_missing: list[bool] = []  # set once the class is known to be missing from the driver's class path
+_told: set[tuple[str, str]] = set()  # (lake, reason) already logged
+
+
+def _class(spark: Any) -> Any | None:
+    from py4j.java_gateway import JavaClass
+
+    if _missing:
+        return None
+    found = None
+    try:
+        found = jclass(LAKE_FILES, spark.sparkContext._jvm)
+    except Exception:  # noqa: BLE001 - py4j: no such class or package
+        pass
+    # py4j answers a class it cannot find with a JavaPackage, not an error.
+    if not isinstance(found, JavaClass):
+        log.info("log rounds write through Spark (tierlake's LakeFiles class is missing)")
+        _missing.append(True)
+        return None
+    return found
+
+
+def blocker(spark: Any, stream_table: Any, lake_table: Any, chunk: Chunk) -> str | None:
+    """Why the data files ``chunk``'s appends added cannot be copied into the lake as they are; None when
+    they can."""
+    if not chunk.snapshot_ids:
+        return "no stream commits"
+    size = sum(c.bytes for c in chunk.commits)
+    if size > COPY_MAX_BYTES:
+        return f"the chunk's {size} bytes are more than {COPY_MAX_BYTES} (Spark writes them in parallel)"
+    files = _class(spark)
+    if files is None:
+        return "tierlake's LakeFiles class is missing"
+    reason = files.blocker(stream_table, lake_table, _ids(chunk))
+    return None if reason is None else str(reason)
+
+
+def usable(spark: Any, stream_table: Any, lake_table: Any, chunk: Chunk) -> bool:
+    """Whether a log round may copy ``chunk``'s files (each table's reason to not is logged once)."""
+    reason = blocker(spark, stream_table, lake_table, chunk)
+    if reason is None:
+        return True
+    key = (str(lake_table.name()), reason)
+    if key not in _told and not reason.startswith("the chunk's"):
+        _told.add(key)
+        log.info("rounds of %s write through Spark: %s", key[0], reason)
+    return False
+
+
+def append(spark: Any, stream_table: Any, lake_table: Any, chunk: Chunk, branch: str,
+           properties: dict[str, str]) -> None:
+    """Tier ``chunk`` (appends of a log table) into ``branch`` of the lake in one commit, by copying the
+    data files its commits added (checked with :func:`usable` first)."""
+    jclass(LAKE_FILES, spark.sparkContext._jvm).appendCopies(stream_table, lake_table, _ids(chunk), branch,
+                                                             properties)
+
+
+def _ids(chunk: Chunk) -> str:
+    return ",".join(str(i) for i in chunk.snapshot_ids)
