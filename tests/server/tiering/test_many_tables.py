@@ -22,12 +22,18 @@ def test_one_job_tiers_several_tables_at_once_in_the_tiering_pool(server, spark,
 
     worker = Worker(spark, LocalClient(server), "job-many", server.config)
     assert worker.tables_per_job == 4  # the default
-    pools, lock = set(), threading.Lock()
+    pools, lock, started, overlapped = set(), threading.Lock(), [0], threading.Event()
 
     def hook(name):
         if name == "after-plan":
             with lock:
                 pools.add(spark.sparkContext.getLocalProperty("spark.scheduler.pool"))
+                started[0] += 1
+                if started[0] >= 2:
+                    overlapped.set()
+            # A log round copies its files in milliseconds: the first one waits (a while) for a second
+            # round to start, which only a job holding two tables at once can do.
+            overlapped.wait(60)
 
     worker.hook = hook
     worker.start()
