@@ -30,7 +30,10 @@ and the value at the report: the sys tables' snapshots follow a saw-tooth
 single sample measures the phase of the saw-tooth, while the peak measures
 growth. Reports at 10 %, 25 %, then every 15 % up to 100 % of `--commits`
 (or when `--max-minutes` ends the run) also give heartbeat and status-query
-p50 since the previous report and the median of `SCANS` full scans of the first lake table. At
+p50 since the previous report and the median of `SCANS` full scans of the first lake table,
+taken while the appender holds back (`QUIET_S` seconds first, for the rounds of the last appends
+to finish): the scan measures the table's state, not which round or compaction it met on the two
+cores (a run's scans at 14,000 commits spread 143–301 ms). At
 the end it prints the targets, each with its ratio: peak sizes in the last
 window (85–100 %) ≤ 1.2× the peak in the window of the same length ending at
 25 % (a longer window catches a higher saw-tooth peak by its length alone).
@@ -55,6 +58,7 @@ from pathlib import Path
 from bench.common import start_server
 
 SCANS = 5  # full scans of the first lake table per report; their median is reported
+QUIET_S = 3.0  # seconds without appends before the scans
 
 
 def location_stats(path: str) -> dict:
@@ -158,9 +162,13 @@ def main() -> None:
 
     stop = threading.Event()
 
+    quiet = threading.Event()  # set while a report scans: the appender holds back
+
     def append() -> None:
         n = 0
         while not stop.is_set():
+            while quiet.is_set() and not stop.is_set():
+                stop.wait(0.2)
             for name, pk in streams:
                 key = n % 50 if pk else n
                 try:
@@ -222,10 +230,15 @@ def main() -> None:
         # two cores, and one scan that meets a compaction measures the
         # compaction (one run's last single scan took 7x its neighbours).
         scans = []
-        for _ in range(SCANS):
-            t = time.perf_counter()
-            spark.sql(f"SELECT count(*), sum(hash(*)) FROM {lakes[0]}").collect()
-            scans.append(time.perf_counter() - t)
+        quiet.set()
+        try:
+            time.sleep(QUIET_S)
+            for _ in range(SCANS):
+                t = time.perf_counter()
+                spark.sql(f"SELECT count(*), sum(hash(*)) FROM {lakes[0]}").collect()
+                scans.append(time.perf_counter() - t)
+        finally:
+            quiet.clear()
         out["full_scan_ms"] = round(statistics.median(scans) * 1000, 1)
         out["full_scans_ms"] = [round(x * 1000, 1) for x in scans]
         heartbeats.clear()

@@ -36,10 +36,6 @@ T_LOG_APPEND = "templates/tiering_log_append.sql.j2"
 T_PK_MERGE = "templates/tiering_pk_merge.sql.j2"
 T_STREAM_FILES = "templates/stream_files.sql.j2"
 COMMIT_USER = "tierlake"
-# A primary-key range of at least this many rows is read from the stream once and kept (memory, else
-# local disk) for the changelog check's three scans and the MERGE's; below it, keeping costs more than
-# reading again.
-CACHE_MIN_ROWS = 10_000
 
 
 class _Callable:
@@ -169,7 +165,6 @@ class ChangelogWrite:
         suffix = uuid.uuid4().hex[:12]
         self.delta_view, self.files_view = f"{view_prefix}_delta_{suffix}", f"{view_prefix}_files_{suffix}"
         self.statement: str | None = None
-        self._kept: Any = None  # the persisted delta, unpersisted on exit
 
     def __enter__(self) -> ChangelogWrite:
         try:
@@ -187,12 +182,7 @@ class ChangelogWrite:
         table = self.stream_table if self.stream_table is not None else iceberg_table(spark, stream.quoted)
         carried = self.carried + ([lake_schema.change_type_column(spark, stream, table)]
                                   if self.spec.is_primary_key else [])
-        delta = _changes(spark, stream, changes, carried, table)
-        if self.spec.is_primary_key and sum(c.rows for c in changes.commits) >= CACHE_MIN_ROWS:
-            from pyspark import StorageLevel
-
-            self._kept = delta = delta.persist(StorageLevel.MEMORY_AND_DISK)
-        delta.createOrReplaceTempView(self.delta_view)
+        _changes(spark, stream, changes, carried, table).createOrReplaceTempView(self.delta_view)
         if not self.spec.is_primary_key:
             self.statement = sql.render_checked(T_LOG_APPEND, target=self.target, delta=self.delta_view,
                                                 columns=self.columns)
@@ -214,9 +204,6 @@ class ChangelogWrite:
     def _drop_views(self) -> None:
         self.spark.catalog.dropTempView(self.delta_view)
         self.spark.catalog.dropTempView(self.files_view)
-        if self._kept is not None:
-            self._kept.unpersist()
-            self._kept = None
 
 
 def replace_with_snapshot(spark: Any, source: TablePath, snapshot_id: int, target: list[str],

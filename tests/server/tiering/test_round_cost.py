@@ -260,29 +260,3 @@ def test_a_lake_that_cannot_take_the_stream_files_is_written_through_spark(hive_
     assert sorted(tuple(r) for r in spark.sql(f"SELECT id, v FROM {DB}_lake.{name}").collect()) == \
         [(1, 1.0), (2, 2.0)]
 
-
-def test_a_large_primary_key_chunk_is_kept_for_its_check_and_merge_then_let_go(hive_cursor, spark, monkeypatch):
-    from tierlake.server.changelog import lake_write
-
-    table, lake, _ = create(hive_cursor, pk=True)
-    n = lake_write.CACHE_MIN_ROWS + 500
-    cache = spark._jsparkSession.sharedState().cacheManager()
-    kept = []
-    original = lake_write.ChangelogWrite._drop_views
-    monkeypatch.setattr(lake_write.ChangelogWrite, "_drop_views",
-                        lambda self: (kept.append(self._kept is not None and not cache.isEmpty()), original(self)))
-    spark.range(n).selectExpr("id", "CAST(id AS DOUBLE) AS v", "CAST(NULL AS STRING) AS _change_type") \
-        .writeTo(table).append()
-    one_round(spark, table)
-    # Every key again in one commit: even ones updated, odd ones deleted.
-    spark.range(n).selectExpr("id", "id + 0.5 AS v", "IF(id % 2 = 0, '+U', '-D') AS _change_type") \
-        .writeTo(table).append()
-    one_round(spark, table)
-    assert kept == [True, True]
-    assert cache.isEmpty()  # let go after each chunk
-    spark.sql(f"INSERT INTO {table} VALUES (1, 1.0, NULL)")  # a small chunk is read again instead
-    one_round(spark, table)
-    assert kept == [True, True, False]
-    got = spark.sql(f"SELECT count(*), sum(v) FROM {lake}").collect()[0]
-    evens = range(0, n, 2)
-    assert (got[0], got[1]) == (len(evens) + 1, sum(i + 0.5 for i in evens) + 1.0)
