@@ -6,11 +6,13 @@ table) and snapshot splits (a KV snapshot replacing a branch's rows) all
 write through here, so the statements rendered from ``sql/templates`` and
 the way their commits are tagged exist once.
 
-A log table's range is appended; a primary-key table's range is checked
-(:mod:`.validation`: unknown change types, NULL keys, changes it cannot
-order fail it) and merged (``tiering_pk_merge``): the newest change of each
-key wins, ordered by commit (the data sequence number of the stream's data
-files, listed by ``stream_files``), then ``sequence-by``.
+A log table's range is appended; a primary-key table's range is merged
+(``tiering_pk_merge``): the newest change of each key wins, ordered by commit
+(the data sequence number of the stream's data files, listed by
+``stream_files``), then ``sequence-by``. The MERGE itself enforces the
+changelog rule (unknown change types, NULL keys, changes it cannot order
+fail it before anything is committed); :mod:`.validation` then explains the
+failure.
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ from typing import Any
 
 from tierlake import sql
 from tierlake.server.catalog.columns import bucket_field
-from tierlake.server.catalog.spec import CHANGE_TYPE, Column, TieredSpec
+from tierlake.server.catalog.spec import CHANGE_TYPE, CHANGE_TYPES, Column, TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.changelog import lake_schema, validation
 from tierlake.server.changelog.lake_schema import Carried
 from tierlake.server.changelog.planner import Chunk
+from tierlake.server.exceptions import ChangelogError
 from tierlake.server.runtime.jvm import jclass
 from tierlake.server.runtime.session import iceberg_table
 
@@ -191,15 +194,26 @@ class ChangelogWrite:
             _files_statement(spark, stream, changes, table),
             args={"start_position": changes.start_position, "end_position": changes.end_position},
         ).createOrReplaceTempView(self.files_view)
-        validation.check_changes(spark, stream, self.spec, self.delta_view, self.files_view, self.columns)
-        self.statement = sql.render_checked(T_PK_MERGE, target=self.target, delta=self.delta_view,
-                                            files=self.files_view, columns=self.columns,
-                                            keys=self.spec.primary_key, sequence_by=self.spec.sequence_by,
-                                            change_type=CHANGE_TYPE)
+        # The changelog rule is checked inside the MERGE (validation.GUARD); see commit().
+        self.statement = sql.render_checked(
+            T_PK_MERGE, target=self.target, delta=self.delta_view, files=self.files_view, columns=self.columns,
+            json_columns=validation.json_columns(spark, self.delta_view, self.columns),
+            keys=self.spec.primary_key, sequence_by=self.spec.sequence_by, change_type=CHANGE_TYPE,
+            change_types=CHANGE_TYPES, guard=validation.GUARD)
 
     def commit(self, properties: dict[str, str]) -> None:
         statement = self.statement
-        with_commit_properties(self.spark, properties, lambda: self.spark.sql(statement))
+        try:
+            with_commit_properties(self.spark, properties, lambda: self.spark.sql(statement))
+        except Exception as e:
+            if not self.spec.is_primary_key or validation.GUARD not in str(e):
+                raise
+            # The MERGE refused the chunk and committed nothing; the full check names what and where.
+            validation.check_changes(self.spark, self.stream, self.spec, self.delta_view, self.files_view,
+                                     self.columns)
+            raise ChangelogError(
+                f"the changelog of primary-key table {self.stream} cannot be tiered: the lake write refused it "
+                "but the changelog check found no problem; nothing was tiered") from e
 
     def _drop_views(self) -> None:
         self.spark.catalog.dropTempView(self.delta_view)

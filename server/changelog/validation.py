@@ -1,8 +1,10 @@
 """Refuse a primary-key changelog that tiering would have to guess at.
 
-Run on a chunk before it is written (``lake_write.ChangelogWrite``, so tiering
-rounds, KV snapshots and the snapshot splits built from them all get it): one
-Spark query (``sql/templates/changelog_check.sql.j2``) finds unknown
+The rule is enforced inside the primary-key MERGE (``tiering_pk_merge.sql.j2``
+raises :data:`GUARD`), so every write through ``lake_write.ChangelogWrite``
+(tiering rounds, KV snapshots and the snapshot splits built from them) gets it
+without reading the chunk twice. When the MERGE refuses a chunk, one Spark
+query (``sql/templates/changelog_check.sql.j2``) finds unknown
 ``_change_type`` values, rows with a NULL key column, and keys with two
 different changes in one commit whose order ``sequence-by`` does not decide.
 Any of them fails the chunk with a :class:`ChangelogError` naming the table,
@@ -22,18 +24,25 @@ from tierlake.server.exceptions import ChangelogError
 from tierlake.server.runtime.session import iceberg_table
 
 T_CHANGELOG_CHECK = "templates/changelog_check.sql.j2"
+# raise_error text of the primary-key MERGE (tiering_pk_merge.sql.j2) when a chunk breaks the rule.
+GUARD = "tierlake: the chunk breaks the changelog rule of primary-key tables"
 SHOWN = 5  # ambiguous keys named in the message (the query counts them all)
 FIX_ORDER = ("declare 'sequence-by' with a distinct value per change of a key within a commit, "
              "or write those changes in separate commits")
 
 
+def json_columns(spark: Any, delta_view: str, columns: list[str]) -> list[str]:
+    """The columns compared as JSON (maps: min/max need orderable types)."""
+    types = {f.name.lower(): f.dataType.simpleString() for f in spark.table(delta_view).schema.fields}
+    return [c for c in columns if "map<" in types.get(c.lower(), "")]
+
+
 def check_changes(spark: Any, stream: TablePath, spec: TieredSpec, delta_view: str, files_view: str,
                   columns: list[str]) -> None:
     """Raise :class:`ChangelogError` if the changes in ``delta_view`` break the changelog rule."""
-    types = {f.name.lower(): f.dataType.simpleString() for f in spark.table(delta_view).schema.fields}
     statement = sql.render_checked(
         T_CHANGELOG_CHECK, delta=delta_view, files=files_view, columns=columns,
-        json_columns=[c for c in columns if "map<" in types.get(c.lower(), "")],
+        json_columns=json_columns(spark, delta_view, columns),
         keys=spec.primary_key, sequence_by=spec.sequence_by, change_type=CHANGE_TYPE, change_types=CHANGE_TYPES,
         shown=SHOWN)
     problems = [row.asDict() for row in spark.sql(statement).collect()]

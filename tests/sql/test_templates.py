@@ -41,10 +41,11 @@ CASES = {
         target=["shop_lake", "events", "branch_tierlake_1_2_ab"], delta="__tierlake_delta_x", columns=["id", "msg"])),
     "pk_merge_sequence_by": ("templates/tiering_pk_merge.sql.j2", dict(
         target=["shop_lake", "orders", "branch_tierlake_7_3_cd"], delta="__d", files="__f",
-        columns=["order_id", "amount", "ts"], keys=["order_id"], sequence_by="ts", change_type=CHANGE_TYPE)),
+        columns=["order_id", "amount", "tags", "ts"], json_columns=["tags"], keys=["order_id"], sequence_by="ts",
+        change_type=CHANGE_TYPE, change_types=CHANGE_TYPES, guard="tierlake: it's refused")),
     "pk_merge_composite_key": ("templates/tiering_pk_merge.sql.j2", dict(
-        target=["db_lake", "t", "branch_b"], delta="__d", files="__f", columns=["a", "b", "v"], keys=["a", "b"],
-        sequence_by=None, change_type=CHANGE_TYPE)),
+        target=["db_lake", "t", "branch_b"], delta="__d", files="__f", columns=["a", "b", "v"], json_columns=[],
+        keys=["a", "b"], sequence_by=None, change_type=CHANGE_TYPE, change_types=CHANGE_TYPES, guard="refused")),
     "changelog_check_sequence_by": ("templates/changelog_check.sql.j2", dict(
         delta="__d", files="__f", columns=["order_id", "amount", "tags", "ts"], json_columns=["tags"],
         keys=["order_id"], sequence_by="ts", change_type=CHANGE_TYPE, change_types=CHANGE_TYPES, shown=5)),
