@@ -29,7 +29,6 @@ from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.changelog import lake_schema, validation
 from tierlake.server.changelog.lake_schema import Carried
 from tierlake.server.changelog.planner import Chunk
-from tierlake.server.exceptions import ChangelogError
 from tierlake.server.runtime.jvm import jclass
 from tierlake.server.runtime.session import iceberg_table
 
@@ -211,9 +210,10 @@ class ChangelogWrite:
             # The MERGE refused the chunk and committed nothing; the full check names what and where.
             validation.check_changes(self.spark, self.stream, self.spec, self.delta_view, self.files_view,
                                      self.columns)
-            raise ChangelogError(
-                f"the changelog of primary-key table {self.stream} cannot be tiered: the lake write refused it "
-                "but the changelog check found no problem; nothing was tiered") from e
+            # The two disagree: a tierlake defect, not the user's data. The MERGE's own error goes on
+            # (a retryable failure, nothing committed) rather than a ChangelogError no rollback could fix.
+            log.error("the MERGE of %s refused a chunk that the changelog check accepts", self.stream)
+            raise
 
     def _drop_views(self) -> None:
         self.spark.catalog.dropTempView(self.delta_view)

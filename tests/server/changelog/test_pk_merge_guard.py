@@ -47,7 +47,10 @@ def _views(spark, commits: list[list[tuple]], schema: str) -> tuple[str, str]:
 def _target(spark, schema: str, rows: list[tuple]) -> list[str]:
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {DB}")
     name = f"t{next(_counter)}"
-    spark.sql(f"CREATE TABLE {DB}.{name} ({schema}) USING iceberg TBLPROPERTIES ('format-version' = '2')")
+    # Merge-on-read, as lake and KV tables are created (create_lake_table.sql.j2): the MERGE's plan shape.
+    spark.sql(f"CREATE TABLE {DB}.{name} ({schema}) USING iceberg TBLPROPERTIES ('format-version' = '2', "
+              "'write.merge.mode' = 'merge-on-read', 'write.update.mode' = 'merge-on-read', "
+              "'write.delete.mode' = 'merge-on-read')")
     if rows:
         spark.createDataFrame(rows, schema).writeTo(f"{DB}.{name}").append()
     return [DB, name]
