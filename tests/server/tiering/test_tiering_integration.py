@@ -180,7 +180,13 @@ def test_a_round_that_reaches_its_maximum_duration_commits_what_it_has(server, w
     run(hive_cursor, f"CREATE TABLE {db}.big (id BIGINT) TBLPROPERTIES ('table.datalake.enabled'='true', "
                      "'table.datalake.freshness'='1 h', 'table.datalake.tiering.max-round-duration'='0 s', "
                      "'table.datalake.tiering.chunk-rows'='1')")
-    wait_status(server, f"{db}.big", "Scheduled")  # the first, empty round is over
+    # The first, empty round is over: a new table starts Scheduled and due now, so Scheduled alone can
+    # be seen before that round (which would then take the first INSERT); its epoch says it ran.
+    deadline = time.monotonic() + 120
+    while not ((state := coordinator_state(server, f"{db}.big")).status.value == "Scheduled"
+               and state.tiering_epoch >= 1):
+        assert time.monotonic() < deadline, state
+        time.sleep(0.3)
     for batch in range(3):
         run(hive_cursor, f"INSERT INTO {db}.big VALUES ({batch})")
     make_due(server, f"{db}.big")
