@@ -24,6 +24,10 @@ process, their ratio, and the DESIGN §11 target:
    the lake table built the same way. Ratio = raw time ÷ tiering time
    ("throughput ratio", ≥ 0.9). The initial N-row load is reported the same
    way (no target). Both results are compared row by row (count + hash).
+   The raw ``MERGE`` runs with Spark's defaults, as a user's session has
+   them; tierlake's own runs with Spark's storage-partitioned-join settings
+   (stream and lake are bucketed alike: ``lake_write.bucketed_merge``). Line
+   2b, for reference, runs the raw ``MERGE`` with those settings too.
 3. Scaling: a 1000-change delta into a primary-key lake table of S = N/10
    rows vs one of 10×S rows, alternating, p50 over --runs rounds each.
    Ratio = time(10×S) ÷ time(S) (≤ 1.5: bucketing and merge-on-read should
@@ -293,40 +297,66 @@ class Bench:
         return tier_s, raw_s
 
     # -- 2. primary-key throughput ---------------------------------------------------
-    def pk_load(self, name: str, rows: int, raw: bool, label: str | None = None) -> tuple[float, float | None, int]:
-        """``rows`` keys tiered into an empty lake table (and MERGEd into a raw copy)."""
+    def spj_merge(self, target: str, stream: str, start: int | None, end: int) -> float:
+        """The hand-written MERGE with the storage-partitioned-join settings tierlake's own MERGE runs with
+        (``lake_write.bucketed_merge``): for reference, not the ratio's raw side."""
+        from tierlake.server.changelog import lake_write
+
+        with lake_write.bucketed_merge(self.spark):
+            return self.raw_merge(target, stream, start, end)
+
+    def pk_load(self, name: str, rows: int, raw: bool,
+                label: str | None = None) -> tuple[float, float | None, float | None, int]:
+        """``rows`` keys tiered into an empty lake table (and MERGEd into two raw copies: Spark's
+        defaults, and the settings tierlake's MERGE uses)."""
         self.create_tiered(name, pk=True)
         self.append(name, 0, rows, pk_changes_initial(), commits=4)
         end = self.snapshot_id(q(name))
-        raw_s = None
+        raw_s = spj_s = None
         if raw:
-            self.spark.sql(f"CREATE TABLE {q('raw_' + name)} {PK_COLUMNS} USING iceberg {RAW_PK_PROPS}")
+            for prefix in ("raw_", "spj_"):
+                self.spark.sql(f"CREATE TABLE {q(prefix + name)} {PK_COLUMNS} USING iceberg {RAW_PK_PROPS}")
             raw_s = self.raw_merge(q("raw_" + name), q(name), None, end)
+            spj_s = self.spj_merge(q("spj_" + name), q(name), None, end)
         tier_s = self.tier_expect(name, rows)
         if label:
             self.keep(label)
-        return tier_s, raw_s, end
+        return tier_s, raw_s, spj_s, end
 
-    def pk_delta(self, name: str, rows: int, delta: int, start: int, label: str | None = None) -> tuple[float, float]:
+    def pk_delta(self, name: str, rows: int, delta: int, start: int,
+                 label: str | None = None) -> tuple[float, float, float]:
         self.append(name, 0, delta, pk_changes(rows, first_seq=1), commits=3)
         end = self.snapshot_id(q(name))
         raw_s = self.raw_merge(q("raw_" + name), q(name), start, end)
+        spj_s = self.spj_merge(q("spj_" + name), q(name), start, end)
         tier_s = self.tier_expect(name, delta)
         if label:
             self.keep(label)
-        lake, raw = self.checksum(q(name, LAKE_DB)), self.checksum(q("raw_" + name))
-        if lake != raw:
-            raise RuntimeError(f"{DB}.{name}: the lake table (count, hash) {lake} differs from the raw MERGE's {raw}")
-        return tier_s, raw_s
+        lake = self.checksum(q(name, LAKE_DB))
+        for prefix in ("raw_", "spj_"):
+            raw = self.checksum(q(prefix + name))
+            if lake != raw:
+                raise RuntimeError(f"{DB}.{name}: the lake table (count, hash) {lake} differs from the "
+                                   f"{prefix}MERGE's {raw}")
+        return tier_s, raw_s, spj_s
 
-    def pk_throughput(self, rows: int, warm_rows: int) -> tuple[float, float, float, float]:
-        _, _, warm_end = self.pk_load("warm_pk", warm_rows, raw=True)
+    def pk_throughput(self, rows: int, warm_rows: int, runs: int) -> list[tuple[float, ...]]:
+        """``runs`` times (each on new tables): (load tier, raw, spj, delta tier, raw, spj) seconds."""
+        _, _, _, warm_end = self.pk_load("warm_pk", warm_rows, raw=True)
         self.pk_delta("warm_pk", warm_rows, max(10, warm_rows // 10), warm_end)
         self.disable("warm_pk")
-        load_tier, load_raw, end = self.pk_load("pk", rows, raw=True, label="2a. primary key, initial load")
-        delta_tier, delta_raw = self.pk_delta("pk", rows, max(10, rows // 10), end, label="2. primary key, delta")
-        self.disable("pk")
-        return load_tier, load_raw, delta_tier, delta_raw
+        out = []
+        for run in range(runs):
+            name = f"pk{run}"
+            load_tier, load_raw, load_spj, end = self.pk_load(name, rows, raw=True,
+                                                              label="2a. primary key, initial load")
+            delta_tier, delta_raw, delta_spj = self.pk_delta(name, rows, max(10, rows // 10), end,
+                                                             label="2. primary key, delta")
+            self.disable(name)
+            for prefix in ("raw_", "spj_"):  # each run's 1 M-row copies: memory and disk for the next
+                self.spark.sql(f"DROP TABLE IF EXISTS {q(prefix + name)} PURGE")
+            out.append((load_tier, load_raw, load_spj, delta_tier, delta_raw, delta_spj))
+        return out
 
     # -- 3. small delta vs lake table size ---------------------------------------------
     def scaling(self, small: int, delta: int, runs: int) -> tuple[list[float], list[float]]:
@@ -448,10 +478,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000,
                         help="N: rows of the throughput phases (default 1000000)")
     parser.add_argument("--runs", type=int, default=10, help="timed rounds of the p50 phases (default 10)")
+    parser.add_argument("--pk-runs", type=int, default=3,
+                        help="runs of the primary-key phase, each on new tables; medians reported (default 3)")
     parser.add_argument("--delta", type=int, default=1000, help="changes per small delta in phase 3 (default 1000)")
     args = parser.parse_args()
-    if args.rows < 1000 or args.runs < 1:
-        parser.error("--rows must be at least 1000 and --runs at least 1")
+    if args.rows < 1000 or args.runs < 1 or args.pk_runs < 1:
+        parser.error("--rows must be at least 1000, --runs and --pk-runs at least 1")
 
     command = " ".join(["python -m bench.bench_tiering", *map(shlex.quote, sys.argv[1:])])
     print(f"`{command}` (rows={args.rows}, runs={args.runs}, delta={args.delta})", flush=True)
@@ -465,7 +497,9 @@ def main() -> None:
 
         log_tier, log_raw = bench.log_throughput(n, warm)
         print(f"… phase 1 done ({time.perf_counter() - bench_started:.0f} s)", file=sys.stderr, flush=True)
-        load_tier, load_raw, delta_tier, delta_raw = bench.pk_throughput(n, warm)
+        pk_runs = bench.pk_throughput(n, warm, args.pk_runs)
+        load_tier, load_raw, load_spj, delta_tier, delta_raw, delta_spj = (
+            statistics.median(column) for column in zip(*pk_runs, strict=True))
         print(f"… phase 2 done ({time.perf_counter() - bench_started:.0f} s)", file=sys.stderr, flush=True)
         small_t, large_t = bench.scaling(small, args.delta, args.runs)
         print(f"… phase 3 done ({time.perf_counter() - bench_started:.0f} s)", file=sys.stderr, flush=True)
@@ -490,6 +524,9 @@ def main() -> None:
         f"| {verdict(delta_raw / delta_tier, 0.9, True)} |",
         f"| 2a. primary key: initial load of N rows into the empty lake table | {fmt_rate(n, load_tier)} "
         f"| hand-written `MERGE`: {fmt_rate(n, load_raw)} | {load_raw / load_tier:.2f}× | — |",
+        f"| 2b. for reference: the raw `MERGE`s of 2 and 2a with tierlake's storage-partitioned-join settings "
+        f"(`lake_write.bucketed_merge`) | — | delta {fmt_s(delta_spj)}, initial load {fmt_s(load_spj)} "
+        f"| {delta_spj / delta_tier:.2f}×, {load_spj / load_tier:.2f}× | — |",
         f"| 3. {args.delta:,}-change delta into a {10 * small:,}-row vs a {small:,}-row primary-key lake table "
         f"| {fmt_p(large_t)} | the same round at 1×: {fmt_p(small_t)} | {scale_ratio:.2f}× "
         f"| {verdict(scale_ratio, 1.5, False)} |",
@@ -505,7 +542,11 @@ def main() -> None:
     lines += [
         "",
         "Ratios: 1 = tiering rows/s ÷ raw rows/s; 2 = raw time ÷ tiering time; 3 = time(10×) ÷ time(1×); "
-        "4 = tierlake ÷ raw (no target). Lines 1–2 are single measurements after a warm-up on small tables; "
+        "4 = tierlake ÷ raw (no target). Line 1 is a single measurement after a warm-up on a small table; "
+        f"lines 2–2b are medians of {args.pk_runs} runs on new tables (each: "
+        + "; ".join(f"delta {d:.2f}/{dr:.2f}/{ds:.2f} s, load {lt:.2f}/{lr:.2f}/{ls:.2f} s"
+                    for lt, lr, ls, d, dr, ds in pk_runs)
+        + " as tierlake/raw/raw with the settings); "
         "the lake tables of 1–2 were checked against the raw results.",
         "",
         "Where a round's time goes (`Worker.tier` split at `run_round`'s step hooks and the worker's heartbeats; "

@@ -18,8 +18,10 @@ failure.
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from tierlake import sql
@@ -38,6 +40,55 @@ T_LOG_APPEND = "templates/tiering_log_append.sql.j2"
 T_PK_MERGE = "templates/tiering_pk_merge.sql.j2"
 T_STREAM_FILES = "templates/stream_files.sql.j2"
 COMMIT_USER = "tierlake"
+
+# Storage-partitioned join for the primary-key MERGE: a stream table and its
+# lake table are bucketed alike by the primary key (create_lake_table.sql.j2),
+# so Spark can keep the buckets the scans report instead of shuffling the
+# chunk (for the dedup's windows) and the whole lake table (for the join) by
+# key. Spark reads these at planning time; where the two sides are not
+# bucketed alike (another lake partitioning, another bucket count, a chunk
+# read as a union of two scans) it plans the shuffles as without them.
+BUCKETED_MERGE_CONF = {
+    "spark.sql.sources.v2.bucketing.enabled": "true",
+    "spark.sql.sources.v2.bucketing.pushPartValues.enabled": "true",
+    "spark.sql.iceberg.planning.preserve-data-grouping": "true",
+    "spark.sql.requireAllClusterKeysForCoPartition": "false",
+    "spark.sql.sources.v2.bucketing.partiallyClusteredDistribution.enabled": "false",
+}
+_bucketed_lock = threading.Lock()
+_bucketed_users: dict[int, tuple[int, dict[str, str | None]]] = {}  # id(session): (statements, values before)
+
+
+@contextmanager
+def bucketed_merge(spark: Any) -> Iterator[None]:
+    """:data:`BUCKETED_MERGE_CONF` on ``spark`` while any statement in it needs it.
+
+    The settings are session-wide (a per-statement hint does not exist), and a
+    job's threads share the server's session: the first statement sets them,
+    the last one restores what was there before. A statement of another
+    thread planned meanwhile may use them too; they change plans, not results.
+    """
+    key = id(spark)
+    with _bucketed_lock:
+        count, before = _bucketed_users.get(key, (0, {}))
+        if count == 0:
+            before = {k: spark.conf.get(k, None) for k in BUCKETED_MERGE_CONF}
+            for k, v in BUCKETED_MERGE_CONF.items():
+                spark.conf.set(k, v)
+        _bucketed_users[key] = (count + 1, before)
+    try:
+        yield
+    finally:
+        with _bucketed_lock:
+            count, before = _bucketed_users.pop(key)
+            if count > 1:
+                _bucketed_users[key] = (count - 1, before)
+            else:
+                for k, v in before.items():
+                    if v is None:
+                        spark.conf.unset(k)
+                    else:
+                        spark.conf.set(k, v)
 
 
 class _Callable:
@@ -113,6 +164,12 @@ def _changes(spark: Any, stream: TablePath, changes: Chunk, columns: list[Carrie
     """
     table = table if table is not None else iceberg_table(spark, stream.quoted)
     start, end, parts = changes.start_snapshot_id, changes.end_snapshot_id, []
+    if start is None and not changes.rewritten:
+        # From the first snapshot, with no replace commit in the range: the table as of the
+        # end snapshot holds exactly the range's appends, in one scan (a union of two scans
+        # loses the buckets a bucketed MERGE keeps: see BUCKETED_MERGE_CONF).
+        frame = spark.read.format("iceberg").option("snapshot-id", str(end)).load(stream.quoted)
+        return lake_schema.project(frame, lake_schema.read_fields(table, end), columns)
     if start is None:
         start = changes.commits[0].snapshot_id if changes.commits else end
         frame = spark.read.format("iceberg").option("snapshot-id", str(start)).load(stream.quoted)
@@ -203,7 +260,11 @@ class ChangelogWrite:
     def commit(self, properties: dict[str, str]) -> None:
         statement = self.statement
         try:
-            with_commit_properties(self.spark, properties, lambda: self.spark.sql(statement))
+            if self.spec.is_primary_key:
+                with bucketed_merge(self.spark):
+                    with_commit_properties(self.spark, properties, lambda: self.spark.sql(statement))
+            else:
+                with_commit_properties(self.spark, properties, lambda: self.spark.sql(statement))
         except Exception as e:
             if not self.spec.is_primary_key or validation.GUARD not in str(e):
                 raise

@@ -106,6 +106,37 @@ def test_the_merge_refuses_exactly_what_the_check_and_the_model_refuse(spark, co
         assert sorted(tuple(r) for r in after) == sorted(model.state.values())
 
 
+# (commits, refused): one key, with sequence-by. Within a commit the MERGE compares each change with
+# the one before it in (sequence-by DESC NULLS LAST) order; these are the orders where that is subtle.
+SEQUENCED = [
+    pytest.param([[(1, 1.0, 5, "+U"), (1, 2.0, None, "+U")]], True, id="a-NULL-sequence-value-with-a-difference"),
+    pytest.param([[(1, 1.0, 5, "+U"), (1, 2.0, 3, "+U"), (1, 2.0, None, "+U")]], True,
+                 id="the-difference-is-not-next-to-the-NULL"),
+    pytest.param([[(1, 1.0, None, "-D"), (1, 2.0, None, "-D")]], False, id="two-deletes-with-NULL-are-one-effect"),
+    pytest.param([[(1, 1.0, 5, "+U"), (1, 1.0, 5, "+U"), (1, 2.0, 5, "+U")]], True,
+                 id="the-third-winning-change-differs"),
+    pytest.param([[(1, 1.0, 5, "+U"), (1, 2.0, 4, "+U"), (1, 3.0, 4, "+U")]], False,
+                 id="a-tie-below-the-winning-value-is-ordered"),
+    pytest.param([[(1, 1.0, 5, "+U"), (1, 2.0, 4, "+U")], [(1, 3.0, 5, "+U"), (1, 4.0, 4, "+U")]], False,
+                 id="ordered-changes-in-two-commits"),
+    pytest.param([[(1, 4.0, 5, "+U"), (1, 5.0, 5, "+U")], [(1, 1.0, 6, "+U"), (1, 2.0, 5, "+U")]], True,
+                 id="a-break-in-a-later-commit-does-not-order-an-earlier-one"),
+]
+
+
+@pytest.mark.parametrize("commits, refused", SEQUENCED)
+def test_changes_ordered_by_sequence_by_within_a_commit(spark, commits, refused):
+    model = replay([[Change((k,), (k, v, s), c, s) for k, v, s, c in commit] for commit in commits], True,
+                   state=INITIAL)
+    assert (model.violation is not None) == refused  # the case says what the rule says
+    error, problems, after = _merge_and_check(spark, commits, "id BIGINT, v DOUBLE, seq BIGINT",
+                                              ["id", "v", "seq"], "seq", list(INITIAL.values()))
+    assert bool(problems) == refused, problems
+    assert (error is not None and GUARD in error) == refused, error
+    expected = INITIAL if refused else model.state
+    assert sorted(tuple(r) for r in after) == sorted(expected.values())
+
+
 def test_a_problem_in_an_earlier_commit_is_caught_though_a_later_commit_wins_the_key(spark):
     """Key 1 is ambiguous in the first commit (no sequence-by, two different upserts) and upserted
     cleanly in the second: only the second's row survives the dedup, the refusal must still reach it."""

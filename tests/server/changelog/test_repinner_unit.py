@@ -8,17 +8,23 @@ import time
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.changelog import fresh_view
 
+# The fake refresh acts for this module's re-pinners only: a server started by integration tests in the
+# same process re-pins its own tables through the patched function meanwhile.
+MINE = object()
+
 
 def test_requests_for_a_table_coalesce_and_settle_waits_for_them(monkeypatch):
     started, release, calls = threading.Event(), threading.Event(), []
 
     def refresh(spark, stream, lake, tables=None):
+        if spark is not MINE:
+            return
         calls.append(str(stream))
         started.set()
         release.wait(10)
 
     monkeypatch.setattr(fresh_view, "refresh", refresh)
-    repins = fresh_view.Repinner(spark=object())
+    repins = fresh_view.Repinner(spark=MINE)
     a, b = TablePath("db", "a"), TablePath("db", "b")
     repins.schedule(a, TablePath("db_lake", "a"))
     assert started.wait(10)  # a's first re-pin is running
@@ -38,12 +44,14 @@ def test_a_failing_re_pin_is_logged_and_the_next_still_runs(monkeypatch, caplog)
     calls = []
 
     def refresh(spark, stream, lake, tables=None):
+        if spark is not MINE:
+            return
         calls.append(str(stream))
         if stream.table == "bad":
             raise RuntimeError("metastore down")
 
     monkeypatch.setattr(fresh_view, "refresh", refresh)
-    repins = fresh_view.Repinner(spark=object())
+    repins = fresh_view.Repinner(spark=MINE)
     repins.schedule(TablePath("db", "bad"), TablePath("db_lake", "bad"))
     repins.schedule(TablePath("db", "good"), TablePath("db_lake", "good"))
     assert repins.settle(timeout=10)
@@ -54,8 +62,9 @@ def test_a_failing_re_pin_is_logged_and_the_next_still_runs(monkeypatch, caplog)
 
 def test_stop_runs_what_is_pending_and_later_requests_are_ignored(monkeypatch):
     calls = []
-    monkeypatch.setattr(fresh_view, "refresh", lambda spark, stream, lake, tables=None: calls.append(str(stream)))
-    repins = fresh_view.Repinner(spark=object())
+    monkeypatch.setattr(fresh_view, "refresh",
+                        lambda spark, stream, lake, tables=None: calls.append(str(stream)) if spark is MINE else None)
+    repins = fresh_view.Repinner(spark=MINE)
     repins.schedule(TablePath("db", "a"), TablePath("db_lake", "a"))
     repins.stop()
     repins.schedule(TablePath("db", "b"), TablePath("db_lake", "b"))
@@ -82,6 +91,6 @@ def test_a_tables_re_pins_and_drop_are_serialised(monkeypatch):
     assert fresh_view._pin_lock(TablePath("DB", "T")) is lock  # names are case-insensitive
     assert fresh_view._pin_lock(TablePath("db", "u")) is not lock
     seen = []
-    monkeypatch.setattr(fresh_view, "view_of", lambda spark, s: seen.append(lock.locked()) or None)
+    monkeypatch.setattr(fresh_view, "view_of", lambda spark, s: seen.append(lock.locked()) if s == stream else None)
     fresh_view.refresh(object(), stream, TablePath("db_lake", "t"))
     assert seen == [True]

@@ -10,6 +10,7 @@ test_fresh_views.py.
 from __future__ import annotations
 
 import itertools
+import re
 import sys
 import threading
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 from tests.server.tiering.conftest import run
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import parse_table_path
-from tierlake.server.changelog import fresh_view, lake_schema, planner
+from tierlake.server.changelog import fresh_view, lake_schema, lake_write, planner
 from tierlake.server.runtime import session
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.tiering.round import run_round
@@ -134,6 +135,39 @@ def test_an_unchanged_schema_is_not_synced_again_a_changed_one_is(hive_cursor, s
     assert len(syncs) == synced + 1
     assert sorted(tuple(r) for r in spark.sql(f"SELECT id, remark FROM {lake} WHERE id = 5").collect()) == \
         [(5, "five")]
+
+
+def test_a_primary_key_round_merges_bucket_by_bucket_and_restores_the_session(hive_cursor, spark, monkeypatch):
+    """Stream and lake tables are bucketed alike by the key: the round's MERGE shuffles neither the chunk
+    nor the lake table by key (Spark's storage-partitioned join, ``lake_write.bucketed_merge``), and the
+    session's settings are as they were once it ran."""
+    table, lake, _ = create(hive_cursor, pk=True)
+    spark.sql(f"INSERT INTO {table} VALUES (1, 1.0, NULL), (2, 2.0, NULL), (3, 3.0, NULL)")
+    one_round(spark, table)  # the lake holds rows: the MERGE reads them
+    spark.sql(f"INSERT INTO {table} VALUES (2, 20.0, '+U'), (3, 3.0, '-D'), (4, 4.0, '+I')")
+    key = "spark.sql.sources.v2.bucketing.enabled"
+    before = spark.conf.get(key, None)
+    statements, seen = [], []
+    original_commit, original_run = lake_write.ChangelogWrite.commit, lake_write.with_commit_properties
+    monkeypatch.setattr(lake_write.ChangelogWrite, "commit",
+                        lambda self, properties: (statements.append(self.statement), original_commit(self, properties)))
+
+    def explained(session, properties, fn):
+        shuffle_by_key = re.compile(r"Exchange hashpartitioning\(id#")
+        seen.append(("on", bool(shuffle_by_key.search(session.sql("EXPLAIN " + statements[-1]).collect()[0][0]))))
+        session.conf.set(key, "false")  # the control: the same statement without the settings
+        try:
+            seen.append(("off", bool(shuffle_by_key.search(session.sql("EXPLAIN " + statements[-1]).collect()[0][0]))))
+        finally:
+            session.conf.set(key, "true")
+        return original_run(session, properties, fn)
+
+    monkeypatch.setattr(lake_write, "with_commit_properties", explained)
+    one_round(spark, table)
+
+    assert seen == [("on", False), ("off", True)]
+    assert spark.conf.get(key, None) == before
+    assert sorted(tuple(r) for r in spark.sql(f"SELECT id, v FROM {lake}").collect()) == [(1, 1.0), (2, 20.0), (4, 4.0)]
 
 
 def test_java_maps_and_sets_move_as_one_json_text(hive_cursor, spark):
