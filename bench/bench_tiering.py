@@ -36,10 +36,13 @@ process, their ratio, and the DESIGN §11 target:
    report; ≤ 0.5 s) and a one-row round end to end (one-row ``INSERT``
    through the gateway, the assigning heartbeat and the round; ≤ 3 s), for
    a log and a primary-key table; the raw line is the one-row ``INSERT``
-   through the gateway alone.
+   through the gateway alone. Run last (every statement's code warm),
+   after a JVM garbage collection of the large phases' garbage.
 
-Throughput lines (1, 2) are single measurements after a warm-up round on
-small tables (the same statements, so the JIT and Spark's caches are warm).
+Throughput line 1 is a single measurement after a warm-up round on a small
+table (the same statements, so the JIT and Spark's caches are warm); lines
+2 and 2a are medians of --pk-runs runs, each on new tables, after one
+warm-up run on small tables.
 The machine has 2 cores: other load moves the numbers.
 
 Below the table, each kind of round is split into its steps (the worker's
@@ -503,6 +506,9 @@ def main() -> None:
         print(f"… phase 2 done ({time.perf_counter() - bench_started:.0f} s)", file=sys.stderr, flush=True)
         small_t, large_t = bench.scaling(small, args.delta, args.runs)
         print(f"… phase 3 done ({time.perf_counter() - bench_started:.0f} s)", file=sys.stderr, flush=True)
+        # Last, with every statement's code warm; the garbage of the 1 M-row phases (three primary-key
+        # runs with their raw copies) collected first: collecting it is not a round's fixed cost.
+        server.spark.sparkContext._jvm.System.gc()
         lat = bench.latency(args.runs)
     finally:
         server.stop()

@@ -259,12 +259,15 @@ class ChangelogWrite:
 
     def commit(self, properties: dict[str, str]) -> None:
         statement = self.statement
+
+        def run() -> None:
+            with_commit_properties(self.spark, properties, lambda: self.spark.sql(statement))
+
         try:
             if self.spec.is_primary_key:
-                with bucketed_merge(self.spark):
-                    with_commit_properties(self.spark, properties, lambda: self.spark.sql(statement))
+                self._bucketed(run)
             else:
-                with_commit_properties(self.spark, properties, lambda: self.spark.sql(statement))
+                run()
         except Exception as e:
             if not self.spec.is_primary_key or validation.GUARD not in str(e):
                 raise
@@ -275,6 +278,28 @@ class ChangelogWrite:
             # (a retryable failure, nothing committed) rather than a ChangelogError no rollback could fix.
             log.error("the MERGE of %s refused a chunk that the changelog check accepts", self.stream)
             raise
+
+    def _bucketed(self, run: Callable[[], None]) -> None:
+        """``run`` the MERGE with :data:`BUCKETED_MERGE_CONF`; once more without them if that fails.
+
+        Spark's and Iceberg's storage-partitioned join have had planning and
+        execution failures on some layouts (apache/iceberg#15349, #15602): a
+        MERGE that fails before its commit committed nothing, so it runs again
+        the way Spark plans it by default. Not after the changelog guard (the
+        chunk itself is refused) nor after a commit error (the commit may have
+        happened). Another thread's bucketed MERGE may keep the settings on
+        meanwhile: the retry then plans as the first try did.
+        """
+        try:
+            with bucketed_merge(self.spark):
+                run()
+        except Exception as e:
+            text = str(e)
+            if validation.GUARD in text or "org.apache.iceberg.exceptions.Commit" in text:
+                raise
+            log.warning("the bucketed MERGE of %s failed, running it again without the storage-partitioned "
+                        "join settings: %s", self.stream, text.splitlines()[0][:500] if text else type(e).__name__)
+            run()
 
     def _drop_views(self) -> None:
         self.spark.catalog.dropTempView(self.delta_view)
