@@ -149,9 +149,11 @@ def _changes(spark: Any, stream: TablePath, changes: Chunk, columns: list[Carrie
     Each append's own data files are read (Iceberg's incremental append scan
     reads the manifests the appends wrote), never the table's current file
     list: a ``replace`` commit (compaction, a manifest rewrite) during the
-    round or inside its range changes nothing that is read. The table's
-    first snapshot has no parent to start an incremental scan after: it is
-    read at itself, with its schema; projecting by field id gives every part
+    round or inside its range changes nothing that is read. A range from the
+    table's first snapshot has no parent to start an incremental scan after:
+    it is read as of its end snapshot (as of its first, plus the increment
+    after it, when a replace commit inside it rewrote files), with that
+    snapshot's schema; projecting by field id gives every part
     the current columns (NULL where the read schema lacks them) under the
     lake's names.
 
@@ -164,14 +166,11 @@ def _changes(spark: Any, stream: TablePath, changes: Chunk, columns: list[Carrie
     """
     table = table if table is not None else iceberg_table(spark, stream.quoted)
     start, end, parts = changes.start_snapshot_id, changes.end_snapshot_id, []
-    if start is None and not changes.rewritten:
-        # From the first snapshot, with no replace commit in the range: the table as of the
-        # end snapshot holds exactly the range's appends, in one scan (a union of two scans
-        # loses the buckets a bucketed MERGE keeps: see BUCKETED_MERGE_CONF).
-        frame = spark.read.format("iceberg").option("snapshot-id", str(end)).load(stream.quoted)
-        return lake_schema.project(frame, lake_schema.read_fields(table, end), columns)
     if start is None:
-        start = changes.commits[0].snapshot_id if changes.commits else end
+        # With no replace commit in the range, the table as of the end snapshot holds exactly the
+        # range's appends: one scan (a union of two scans loses the buckets a bucketed MERGE keeps,
+        # see BUCKETED_MERGE_CONF).
+        start = end if not changes.rewritten or not changes.commits else changes.commits[0].snapshot_id
         frame = spark.read.format("iceberg").option("snapshot-id", str(start)).load(stream.quoted)
         parts.append(lake_schema.project(frame, lake_schema.read_fields(table, start), columns))
     if start != end:
