@@ -37,7 +37,9 @@ _missing: list[bool] = []  # set once the class is known to be missing from the 
 _told: set[tuple[str, str]] = set()  # (lake, reason) already logged
 
 
-def _class(spark: Any) -> Any | None:
+def lake_files_class(spark: Any) -> Any | None:
+    """``io.tierlake.internal.LakeFiles`` on the driver, or None when it is missing (built without Iceberg's
+    jar, server/runtime/javaext.py): callers then go through Spark."""
     from py4j.java_gateway import JavaClass
 
     if _missing:
@@ -63,7 +65,7 @@ def blocker(spark: Any, stream_table: Any, lake_table: Any, chunk: Chunk) -> str
     size = sum(c.bytes for c in chunk.commits)
     if size > COPY_MAX_BYTES:
         return f"the chunk's {size} bytes are more than {COPY_MAX_BYTES} (Spark writes them in parallel)"
-    files = _class(spark)
+    files = lake_files_class(spark)
     if files is None:
         return "tierlake's LakeFiles class is missing"
     reason = files.blocker(stream_table, lake_table, _ids(chunk))

@@ -9,7 +9,7 @@ the way their commits are tagged exist once.
 A log table's range is appended; a primary-key table's range is merged
 (``tiering_pk_merge``): the newest change of each key wins, ordered by commit
 (the data sequence number of the stream's data files, listed by
-``stream_files``), then ``sequence-by``. The MERGE itself enforces the
+:func:`chunk_files`), then ``sequence-by``. The MERGE itself enforces the
 changelog rule (unknown change types, NULL keys, changes it cannot order
 fail it before anything is committed); :mod:`.validation` then explains the
 failure.
@@ -28,7 +28,7 @@ from tierlake import sql
 from tierlake.server.catalog.columns import bucket_field
 from tierlake.server.catalog.spec import CHANGE_TYPE, CHANGE_TYPES, Column, TieredSpec
 from tierlake.server.catalog.table_path import TablePath
-from tierlake.server.changelog import lake_schema, validation
+from tierlake.server.changelog import file_copy, lake_schema, validation
 from tierlake.server.changelog.lake_schema import Carried
 from tierlake.server.changelog.planner import Chunk
 from tierlake.server.runtime.jvm import jclass
@@ -186,14 +186,33 @@ def _changes(spark: Any, stream: TablePath, changes: Chunk, columns: list[Carrie
     return out
 
 
-def _files_statement(spark: Any, stream: TablePath, changes: Chunk, table: Any = None) -> str:
-    """``stream_files`` for the chunk: the data files its appends added, with their sequence numbers.
+def chunk_files(spark: Any, stream: TablePath, changes: Chunk, table: Any = None) -> Any:
+    """The data files the chunk's appends added, with their data sequence numbers (``stream_files``'s
+    columns): a DataFrame the MERGE joins to the chunk's rows by ``_file``.
 
     Read as of the chunk's end snapshot (later commits, a compaction during
     the round included, do not matter); when a ``replace`` commit inside the
-    range rewrote the appends' files, from ``all_entries``: the entries the
-    appends themselves added.
+    range rewrote the appends' files, the files the appends themselves added.
+    Listed on the driver from the manifests (``LakeFiles.chunkFiles``, a local
+    relation: no Spark job, and Spark knows its size for the broadcast);
+    through the ``entries`` metadata table only where that class is missing.
     """
+    table = table if table is not None else iceberg_table(spark, stream.quoted)
+    files = file_copy.lake_files_class(spark)
+    if files is None:
+        return spark.sql(_files_statement(spark, stream, changes, table),
+                         args={"start_position": changes.start_position, "end_position": changes.end_position})
+    from pyspark.sql import DataFrame
+
+    ids = ",".join(str(i) for i in changes.snapshot_ids) if changes.rewritten else None
+    return DataFrame(files.chunkFiles(spark._jsparkSession, table, changes.end_snapshot_id, changes.start_position,
+                                      changes.end_position, ids, bucket_field(spark, stream, table)), spark)
+
+
+def _files_statement(spark: Any, stream: TablePath, changes: Chunk, table: Any = None) -> str:
+    """``stream_files`` for the chunk (:func:`chunk_files` where tierlake's Java classes are missing):
+    ``entries`` as of the end snapshot, or ``all_entries`` when a replace commit inside the range rewrote
+    the appends' files."""
     entries = [stream.database, stream.table, "all_entries" if changes.rewritten else "entries"]
     return sql.render_checked(
         T_STREAM_FILES, entries=entries, bucket_field=bucket_field(spark, stream, table),
@@ -245,10 +264,7 @@ class ChangelogWrite:
             self.statement = sql.render_checked(T_LOG_APPEND, target=self.target, delta=self.delta_view,
                                                 columns=self.columns)
             return
-        spark.sql(
-            _files_statement(spark, stream, changes, table),
-            args={"start_position": changes.start_position, "end_position": changes.end_position},
-        ).createOrReplaceTempView(self.files_view)
+        chunk_files(spark, stream, changes, table).createOrReplaceTempView(self.files_view)
         # The changelog rule is checked inside the MERGE (validation.GUARD); see commit().
         self.statement = sql.render_checked(
             T_PK_MERGE, target=self.target, delta=self.delta_view, files=self.files_view, columns=self.columns,

@@ -3,6 +3,8 @@ package io.tierlake.internal;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import org.apache.iceberg.AppendFiles;
@@ -10,13 +12,22 @@ import org.apache.iceberg.DataFile;
 import org.apache.iceberg.DataFiles;
 import org.apache.iceberg.DataOperations;
 import org.apache.iceberg.HasTableOperations;
+import org.apache.iceberg.ManifestFile;
+import org.apache.iceberg.ManifestFiles;
 import org.apache.iceberg.PartitionSpec;
 import org.apache.iceberg.Snapshot;
 import org.apache.iceberg.Table;
 import org.apache.iceberg.TableMetadata;
 import org.apache.iceberg.TableProperties;
 import org.apache.iceberg.types.Type;
+import org.apache.iceberg.io.CloseableIterable;
 import org.apache.iceberg.types.Types;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructType;
 
 /**
  * A log table's round without a Spark job: the data files the stream's
@@ -176,5 +187,85 @@ public final class LakeFiles {
             throw new IllegalStateException("branch " + branch + " of " + lake.name() + " moved during the copy");
         }
         return new long[] {files, rows, bytes};
+    }
+
+    /** The columns of {@link #chunkFiles}: those of {@code sql/templates/stream_files.sql.j2}. */
+    private static final StructType CHUNK_FILES = new StructType()
+            .add("file_path", DataTypes.StringType, false)
+            .add("sequence_number", DataTypes.LongType, false)
+            .add("bucket", DataTypes.IntegerType, true)
+            .add("record_count", DataTypes.LongType, false)
+            .add("file_size_in_bytes", DataTypes.LongType, false);
+
+    /**
+     * The data files holding a chunk's rows, one row each, as a local relation
+     * (no Spark job: a metadata-table query is a job over the manifests, ~0.1 s
+     * per round, and its result cannot be sized for a broadcast). The rows are
+     * those {@code stream_files.sql.j2} selects from the {@code entries}
+     * metadata table: with {@code snapshotIds} null, the live files as of
+     * {@code endSnapshotId} whose data sequence number is in
+     * {@code (startPosition, endPosition]} (a manifest merge or rewrite keeps
+     * an entry's data sequence number; manifests that can hold no such entry
+     * are not read); else (a replace commit inside the range rewrote the
+     * appends' files) the files the appends {@code snapshotIds}
+     * (comma-separated) themselves added, in that range. {@code bucketField}:
+     * the partition field whose value is the {@code bucket} column (null: 0).
+     */
+    public static Dataset<Row> chunkFiles(SparkSession spark, Table stream, long endSnapshotId, long startPosition,
+                                          long endPosition, String snapshotIds, String bucketField)
+            throws IOException {
+        Map<String, Row> rows = new LinkedHashMap<>();
+        if (snapshotIds == null) {
+            Snapshot end = stream.snapshot(endSnapshotId);
+            if (end == null) {
+                throw new IllegalStateException("snapshot " + endSnapshotId + " of " + stream.name() + " is gone");
+            }
+            for (ManifestFile manifest : end.dataManifests(stream.io())) {
+                // An entry's data sequence number is at most its manifest's and at least the manifest's minimum.
+                if (manifest.sequenceNumber() <= startPosition || manifest.minSequenceNumber() > endPosition) {
+                    continue;
+                }
+                try (CloseableIterable<DataFile> files = ManifestFiles.read(manifest, stream.io(), stream.specs())) {
+                    for (DataFile file : files) {
+                        add(rows, stream, file, startPosition, endPosition, bucketField);
+                    }
+                }
+            }
+        } else {
+            for (String text : snapshotIds.split(",")) {
+                if (text.isBlank()) {
+                    continue;
+                }
+                Snapshot snapshot = stream.snapshot(Long.parseLong(text.trim()));
+                if (snapshot == null) {
+                    throw new IllegalStateException("snapshot " + text.trim() + " of " + stream.name() + " is gone");
+                }
+                for (DataFile file : snapshot.addedDataFiles(stream.io())) {
+                    add(rows, stream, file, startPosition, endPosition, bucketField);
+                }
+            }
+        }
+        return spark.createDataFrame(new ArrayList<>(rows.values()), CHUNK_FILES);
+    }
+
+    private static void add(Map<String, Row> rows, Table stream, DataFile file, long startPosition,
+                            long endPosition, String bucketField) {
+        Long sequence = file.dataSequenceNumber();
+        if (sequence == null || sequence <= startPosition || sequence > endPosition) {
+            return;
+        }
+        Integer bucket = 0;
+        if (bucketField != null) {
+            bucket = null;  // a file written under a spec without the field: as the metadata table has it
+            List<org.apache.iceberg.PartitionField> fields = stream.specs().get(file.specId()).fields();
+            for (int i = 0; i < fields.size(); i++) {
+                if (fields.get(i).name().equals(bucketField)) {
+                    bucket = file.partition().get(i, Integer.class);
+                    break;
+                }
+            }
+        }
+        rows.putIfAbsent(file.location(), RowFactory.create(file.location(), sequence, bucket, file.recordCount(),
+                file.fileSizeInBytes()));
     }
 }

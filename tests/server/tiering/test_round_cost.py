@@ -267,6 +267,57 @@ def why_not_copied(spark, table: str) -> str | None:
     return file_copy.blocker(spark, plan.tables.stream_table, plan.tables.lake_table, chunk)
 
 
+def test_a_primary_key_chunks_file_list_is_read_from_the_manifests_without_a_spark_job(hive_cursor, spark):
+    """``lake_write.chunk_files`` (the driver's manifest read) lists what the ``entries`` query lists, for a
+    range from the first snapshot, a later range over merged manifests, and a range a compaction and a
+    manifest rewrite of the stream rewrote."""
+    table, _, _ = create(hive_cursor, pk=True)
+    stream = parse_table_path(table)
+    # Appends merge their manifests from the second on: entries move to EXISTING with their sequence number.
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('commit.manifest.min-count-to-merge' = '2')")
+
+    def both(chunk, loaded):
+        via_entries = spark.sql(lake_write._files_statement(spark, stream, chunk, loaded),
+                                args={"start_position": chunk.start_position, "end_position": chunk.end_position})
+        listed = []
+        assert jobs_of(spark, lambda: listed.append(lake_write.chunk_files(spark, stream, chunk, loaded))) == 0
+        frame = listed[0]
+        assert frame._jdf.queryExecution().analyzed().getClass().getSimpleName() == "LocalRelation"
+        return sorted(tuple(r) for r in frame.collect()), sorted(tuple(r) for r in via_entries.collect())
+
+    for i in range(3):
+        spark.sql(f"INSERT INTO {table} VALUES ({i}, {i}.0, NULL), ({i + 10}, {i}.5, NULL)")
+    plan, chunk = pending(spark, table)
+    assert chunk.start_snapshot_id is None and not chunk.rewritten
+    listed, expected = both(chunk, plan.tables.stream_table)
+    assert len({r[1] for r in listed}) == 3 and {r[2] for r in listed} == {0, 1}, listed  # 3 commits, 2 buckets
+    assert listed == expected
+    one_round(spark, table)
+
+    for i in range(3, 6):
+        spark.sql(f"INSERT INTO {table} VALUES ({i}, {i}.0, NULL), ({i + 10}, {i}.5, '-D')")
+    plan, chunk = pending(spark, table)
+    assert chunk.start_snapshot_id is not None and not chunk.rewritten
+    listed, expected = both(chunk, plan.tables.stream_table)
+    assert len({r[1] for r in listed}) == 3 and min(r[1] for r in listed) > chunk.start_position, listed
+    assert listed == expected
+
+    spark.sql(f"CALL spark_catalog.system.rewrite_data_files(table => '{table}', "
+              "options => map('min-input-files', '1', 'rewrite-all', 'true'))")
+    spark.sql(f"CALL spark_catalog.system.rewrite_manifests('{table}')")
+    compacted = {r[0] for r in spark.sql(f"SELECT file_path FROM {table}.files").collect()}
+    spark.sql(f"INSERT INTO {table} VALUES (6, 6.0, NULL)")  # the range now has the replace commits inside it
+    plan, chunk = pending(spark, table)
+    assert chunk.rewritten
+    listed, expected = both(chunk, plan.tables.stream_table)
+    assert len({r[1] for r in listed}) == 4 and listed == expected
+    assert compacted and not {r[0] for r in listed} & compacted  # the appends' own files, not the compacted ones
+    one_round(spark, table)
+    assert sorted(tuple(r) for r in spark.sql(f"SELECT id, v FROM {table.replace(DB, DB + '_lake', 1)}").collect()) \
+        == [(i, float(i)) for i in range(7)] + [(i + 10, i + 0.5) for i in range(3)]
+    run(hive_cursor, f"DROP TABLE {table}")
+
+
 def test_a_log_round_copies_the_files_its_appends_added_into_the_lake_without_a_spark_job(hive_cursor, spark):
     table, lake, fresh = create(hive_cursor, pk=False)
     for i in range(3):  # a data file each
