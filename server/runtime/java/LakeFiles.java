@@ -156,7 +156,8 @@ public final class LakeFiles {
         if (base == null) {
             throw new IllegalStateException("branch " + branch + " of " + lake.name() + " is gone");
         }
-        AppendFiles append = lake.newAppend().toBranch(branch);
+        // In the calling thread: see SmallTables.IN_CALLER.
+        AppendFiles append = lake.newAppend().toBranch(branch).scanManifestsWith(SmallTables.IN_CALLER);
         long files = 0;
         long rows = 0;
         long bytes = 0;
