@@ -11,7 +11,8 @@ jar in jars.py. They go on the driver's class path:
   tables without a Spark job (server/runtime/state_table.py);
 - ``io.tierlake.internal.LakeFiles`` tiers a log table's appends by copying
   their data files into the lake, without a Spark job
-  (server/changelog/file_copy.py);
+  (server/changelog/file_copy.py), and lists the data files of a
+  primary-key chunk from the manifests (server/changelog/lake_write.py);
 - ``io.tierlake.internal.LocalFileSystem`` is ``file:`` without a forked
   ``chmod`` per created file (``spark.hadoop.fs.file.impl`` of local masters);
 - ``io.tierlake.internal.IncrementalCatalog`` is the read-only catalog
