@@ -1,7 +1,8 @@
 """A log table's chunk tiered without a Spark job: the data files its
 appends added are copied into the lake table and appended to the round's
 branch in one commit (``io.tierlake.internal.LakeFiles``, compiled by
-server/runtime/javaext.py).
+server/runtime/javaext.py). The same class lists a primary-key chunk's data
+files for its MERGE (:func:`listed_files`).
 
 A Spark ``INSERT … SELECT`` decodes and re-encodes every row, and even a
 one-row round pays for a Spark job (~0.15 s); a copy moves bytes. It is
@@ -68,7 +69,7 @@ def blocker(spark: Any, stream_table: Any, lake_table: Any, chunk: Chunk) -> str
     files = lake_files_class(spark)
     if files is None:
         return "tierlake's LakeFiles class is missing"
-    reason = files.blocker(stream_table, lake_table, _ids(chunk))
+    reason = files.blocker(stream_table, lake_table, snapshot_id_list(chunk))
     return None if reason is None else str(reason)
 
 
@@ -88,9 +89,23 @@ def append(spark: Any, stream_table: Any, lake_table: Any, chunk: Chunk, branch:
            properties: dict[str, str]) -> None:
     """Tier ``chunk`` (appends of a log table) into ``branch`` of the lake in one commit, by copying the
     data files its commits added (checked with :func:`usable` first)."""
-    jclass(LAKE_FILES, spark.sparkContext._jvm).appendCopies(stream_table, lake_table, _ids(chunk), branch,
+    jclass(LAKE_FILES, spark.sparkContext._jvm).appendCopies(stream_table, lake_table, snapshot_id_list(chunk), branch,
                                                              properties)
 
 
-def _ids(chunk: Chunk) -> str:
+def listed_files(spark: Any, stream_table: Any, chunk: Chunk, bucket_field: str | None) -> Any | None:
+    """The data files holding ``chunk``'s rows, read from the stream's manifests on the driver
+    (``LakeFiles.chunkFiles``: a local relation, no Spark job); None when the class is missing."""
+    files = lake_files_class(spark)
+    if files is None:
+        return None
+    from pyspark.sql import DataFrame
+
+    ids = snapshot_id_list(chunk) if chunk.rewritten else None
+    return DataFrame(files.chunkFiles(spark._jsparkSession, stream_table, chunk.end_snapshot_id,
+                                      chunk.start_position, chunk.end_position, ids, bucket_field), spark)
+
+
+def snapshot_id_list(chunk: Chunk) -> str:
+    """``chunk``'s append snapshot ids as LakeFiles takes them (comma-separated)."""
     return ",".join(str(i) for i in chunk.snapshot_ids)

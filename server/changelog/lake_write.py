@@ -198,15 +198,11 @@ def chunk_files(spark: Any, stream: TablePath, changes: Chunk, table: Any = None
     through the ``entries`` metadata table only where that class is missing.
     """
     table = table if table is not None else iceberg_table(spark, stream.quoted)
-    files = file_copy.lake_files_class(spark)
-    if files is None:
-        return spark.sql(_files_statement(spark, stream, changes, table),
-                         args={"start_position": changes.start_position, "end_position": changes.end_position})
-    from pyspark.sql import DataFrame
-
-    ids = ",".join(str(i) for i in changes.snapshot_ids) if changes.rewritten else None
-    return DataFrame(files.chunkFiles(spark._jsparkSession, table, changes.end_snapshot_id, changes.start_position,
-                                      changes.end_position, ids, bucket_field(spark, stream, table)), spark)
+    listed = file_copy.listed_files(spark, table, changes, bucket_field(spark, stream, table))
+    if listed is not None:
+        return listed
+    return spark.sql(_files_statement(spark, stream, changes, table),
+                     args={"start_position": changes.start_position, "end_position": changes.end_position})
 
 
 def _files_statement(spark: Any, stream: TablePath, changes: Chunk, table: Any = None) -> str:
