@@ -9,10 +9,11 @@ checked once more just before it, through the coordinator.
 
 The steps of a round, in order (:func:`run_round`): sync the lake schema →
 open the branch → per chunk: write it to the branch, quality gate, check the
-epoch, fast-forward ``main`` → drop the branch → schedule the fresh view's re-pin →
-warn-mode quality check. Every step reads the stream and lake tables the
-plan loaded (:mod:`tierlake.server.changelog.round_tables`), refreshing the
-lake where it decides on ``main`` or the branch.
+epoch, fast-forward ``main`` → drop the branch → schedule the fresh view's re-pin
+(or leave it to the caller, after its report: ``defer_repin``) → warn-mode
+quality check. Every step reads the stream and lake tables the plan loaded
+(:mod:`tierlake.server.changelog.round_tables`), refreshing the lake where it
+decides on ``main`` or the branch.
 The fault points (``after-plan``, ``during-write``, ``before-commit``,
 ``after-lake-commit``) name where the crash-safety tests kill a worker.
 """
@@ -71,10 +72,14 @@ def run_round(
     max_duration_s: float,
     chunk_rows: int,
     hook: Callable[[str], None] | None = None,
+    defer_repin: bool = False,
 ) -> RoundResult:
     """Tier ``plan`` into the lake; see the module docstring for the protocol.
 
     ``hook`` is called with the name of each step (tests pause a worker there).
+    ``defer_repin``: a round that returns leaves the fresh view's re-pin to the
+    caller (``fresh_view.after_lake_commit`` once it reported the round, when
+    ``result.commits``); a round that fails after publishing schedules it itself.
     """
 
     def point(name: str) -> None:
@@ -89,7 +94,7 @@ def run_round(
     columns = lake_write.sync_lake_schema(spark, plan.stream, plan.lake, _tables(spark, plan))
     branch = open_branch(spark, plan, table_id, epoch)
     gate = QualityGate(spark, plan, table_id, epoch)  # table.datalake.quality (server/quality/gate.py)
-    branch_dropped = published = False
+    branch_dropped = published = returned = False
     try:
         chunks = plan.chunks(chunk_rows)
         for index, chunk in enumerate(chunks):
@@ -109,10 +114,11 @@ def run_round(
                 log.info("round of %s reached its maximum duration after %d of %d chunks",
                          plan.stream, index + 1, len(chunks))
                 break
+        returned = True
     finally:
         if not branch_dropped:
             drop_branch(spark, plan, branch)
-        if published:
+        if published and not (returned and defer_repin):
             # Once per round, after its last lake commit (also one that a later chunk's failure
             # follows): every pin the view ever had is exact on its own (server/changelog/fresh_view.py),
             # an older one only reads more of the stream, so the pins between two commits of one

@@ -17,13 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.tiering.conftest import run
+from tests.server.tiering.conftest import assign, coordinator_state, run
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import parse_table_path
 from tierlake.server.changelog import fresh_view, lake_schema, lake_write, planner
+from tierlake.server.clients.procedure_client import LocalClient
 from tierlake.server.runtime import session
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.tiering.round import run_round
+from tierlake.server.tiering.worker import Worker
 
 pytestmark = pytest.mark.integration
 
@@ -100,6 +102,52 @@ def test_a_round_of_several_commits_loads_each_table_once_and_repins_the_view_on
     rows = sorted(tuple(r) for r in spark.sql(f"SELECT id, v FROM {fresh}").collect())
     assert rows == sorted(tuple(r) for r in spark.sql(f"SELECT id, v FROM {lake}").collect()) == \
         [(i, float(i)) for i in range(3)]
+
+
+class Reporting:
+    """A worker's client that records when the round's finishing report returned (``fail``: it raises)."""
+
+    def __init__(self, server, events: list[str], fail: bool = False):
+        self.inner, self.events, self.fail = LocalClient(server), events, fail
+
+    def call(self, procedure, **arguments):
+        if arguments.get("finished_tables"):
+            if self.fail:
+                self.events.append("report failed")
+                raise ConnectionError("the coordinator went away")
+            rows = self.inner.call(procedure, **arguments)
+            self.events.append("reported")
+            return rows
+        if arguments.get("failed_tables"):
+            self.events.append("failure reported")
+        return self.inner.call(procedure, **arguments)
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["reported", "report-failed"])
+def test_a_workers_round_repins_the_fresh_view_after_its_report(server, hive_cursor, spark, monkeypatch, fail):
+    """The re-pin's view commit and metastore update run after the coordinator has the round, not beside its
+    state commit; a report that fails still gets the view re-pinned."""
+    table, lake, fresh = create(hive_cursor, pk=True)
+    spark.sql(f"INSERT INTO {table} VALUES (1, 1.0, NULL), (2, 2.0, NULL)")
+    events: list[str] = []
+    original = fresh_view.after_lake_commit
+    monkeypatch.setattr(fresh_view, "after_lake_commit",
+                        lambda spark, plan: (events.append(f"re-pin {plan.stream}"), original(spark, plan)))
+    client = Reporting(server, events, fail=fail)
+    job = f"job-repin-{fail}"
+    table_id, epoch = assign(client, job, table)
+
+    Worker(spark, client, job, server.config).tier(table_id, table, epoch)
+
+    assert fresh_view.settle()
+    assert events == (["report failed", f"re-pin {table}", "failure reported"] if fail
+                      else ["reported", f"re-pin {table}"]), events
+    head = iceberg_table(spark, lake).currentSnapshot()
+    text = spark.sql(f"SHOW CREATE TABLE {fresh}").collect()[0][0]
+    assert f"VERSION AS OF {head.snapshotId()}" in text, text
+    assert sorted(tuple(r) for r in spark.sql(f"SELECT id, v FROM {fresh}").collect()) == [(1, 1.0), (2, 2.0)]
+    if not fail:
+        assert coordinator_state(server, table).tiered_position == int(head.summary()["tiering.source-position"])
 
 
 def test_an_unchanged_schema_is_not_synced_again_a_changed_one_is(hive_cursor, spark, monkeypatch):
