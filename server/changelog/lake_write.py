@@ -7,7 +7,8 @@ write through here, so the statements rendered from ``sql/templates`` and
 the way their commits are tagged exist once.
 
 A log table's range is appended; a primary-key table's range is merged
-(``tiering_pk_merge``): the newest change of each key wins, ordered by commit
+(``tiering_pk_merge``; into an empty branch, appended: ``tiering_pk_load``):
+the newest change of each key wins, ordered by commit
 (the data sequence number of the stream's data files, listed by
 :func:`chunk_files`), then ``sequence-by``. The MERGE itself enforces the
 changelog rule (unknown change types, NULL keys, changes it cannot order
@@ -38,6 +39,7 @@ log = logging.getLogger("tierlake.tiering")
 
 T_LOG_APPEND = "templates/tiering_log_append.sql.j2"
 T_PK_MERGE = "templates/tiering_pk_merge.sql.j2"
+T_PK_LOAD = "templates/tiering_pk_load.sql.j2"
 T_STREAM_FILES = "templates/stream_files.sql.j2"
 COMMIT_USER = "tierlake"
 
@@ -228,8 +230,12 @@ class ChangelogWrite:
     """
 
     def __init__(self, spark: Any, stream: TablePath, spec: TieredSpec, target: list[str], changes: Chunk,
-                 columns: list[Carried] | None = None, view_prefix: str = "__tierlake", stream_table: Any = None):
+                 columns: list[Carried] | None = None, view_prefix: str = "__tierlake", stream_table: Any = None,
+                 into_empty: bool = False):
         self.spark, self.stream, self.spec, self.target, self.changes = spark, stream, spec, target, changes
+        # A primary-key range into a target known to hold no rows (the round's first chunk into a lake
+        # that had no snapshot): its winners appended, see commit().
+        self.into_empty = into_empty and spec.is_primary_key
         self.stream_table = stream_table  # the round's (server/changelog/round_tables.py); None: loaded here
         # A round fixes its columns once (sync_lake_schema's answer): a column
         # added to the stream mid-round is synced by the next one.
@@ -263,7 +269,8 @@ class ChangelogWrite:
         chunk_files(spark, stream, changes, table).createOrReplaceTempView(self.files_view)
         # The changelog rule is checked inside the MERGE (validation.GUARD); see commit().
         self.statement = sql.render_checked(
-            T_PK_MERGE, target=self.target, delta=self.delta_view, files=self.files_view, columns=self.columns,
+            T_PK_LOAD if self.into_empty else T_PK_MERGE, target=self.target, delta=self.delta_view,
+            files=self.files_view, columns=self.columns,
             json_columns=validation.json_columns(spark, self.delta_view, self.columns),
             keys=self.spec.primary_key, sequence_by=self.spec.sequence_by, change_type=CHANGE_TYPE,
             change_types=CHANGE_TYPES, guard=validation.GUARD)
@@ -271,8 +278,20 @@ class ChangelogWrite:
     def commit(self, properties: dict[str, str]) -> None:
         statement = self.statement
 
+        def write() -> None:
+            if not self.into_empty:
+                self.spark.sql(statement)
+                return
+            # The winners of a bucketed chunk come out of the windows one stream bucket per task,
+            # which is one lake bucket (the same key, bucket function and count): Iceberg's default
+            # hash distribution would shuffle every row once more only to keep them where they are.
+            # Fanout: a task that holds several buckets (the chunk read without its buckets, e.g. the
+            # retry below) writes each to its own file instead of failing on unclustered rows.
+            (self.spark.sql(statement).writeTo(sql.quote_table(*self.target))
+             .option("distribution-mode", "none").option("fanout-enabled", "true").append())
+
         def run() -> None:
-            with_commit_properties(self.spark, properties, lambda: self.spark.sql(statement))
+            with_commit_properties(self.spark, properties, write)
 
         try:
             if self.spec.is_primary_key:

@@ -1,7 +1,8 @@
 """Refuse a primary-key changelog that tiering would have to guess at.
 
-The rule is enforced inside the primary-key MERGE (``tiering_pk_merge.sql.j2``
-raises :data:`GUARD`), so every write through ``lake_write.ChangelogWrite``
+The rule is enforced inside the primary-key MERGE (its winners,
+``tiering_pk_winners.sql.j2``, raise :data:`GUARD`; so does the append of a
+first chunk into an empty lake, ``tiering_pk_load.sql.j2``), so every write through ``lake_write.ChangelogWrite``
 (tiering rounds, KV snapshots and the snapshot splits built from them) gets it
 without reading the chunk twice. When the MERGE refuses a chunk, one Spark
 query (``sql/templates/changelog_check.sql.j2``) finds unknown
@@ -24,7 +25,7 @@ from tierlake.server.exceptions import ChangelogError
 from tierlake.server.runtime.session import iceberg_table
 
 T_CHANGELOG_CHECK = "templates/changelog_check.sql.j2"
-# raise_error text of the primary-key MERGE (tiering_pk_merge.sql.j2) when a chunk breaks the rule.
+# raise_error text of the primary-key winners (tiering_pk_winners.sql.j2) when a chunk breaks the rule.
 GUARD = "tierlake: the chunk breaks the changelog rule of primary-key tables"
 SHOWN = 5  # ambiguous keys named in the message (the query counts them all)
 FIX_ORDER = ("declare 'sequence-by' with a distinct value per change of a key within a commit, "

@@ -8,7 +8,7 @@ moved since the round was planned, so a worker whose table was reassigned
 checked once more just before it, through the coordinator.
 
 The steps of a round, in order (:func:`run_round`): sync the lake schema →
-open the branch → per chunk: write it to the branch, quality gate, check the
+open the branch (beside the first chunk's preparation) → per chunk: write it to the branch, quality gate, check the
 epoch, fast-forward ``main`` → drop the branch → schedule the fresh view's re-pin
 (or leave it to the caller, after its report: ``defer_repin``) → warn-mode
 quality check. Every step reads the stream and lake tables the plan loaded
@@ -24,6 +24,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,13 +93,25 @@ def run_round(
     if plan.empty:
         return result
     columns = lake_write.sync_lake_schema(spark, plan.stream, plan.lake, _tables(spark, plan))
-    branch = open_branch(spark, plan, table_id, epoch)
+    branch = branch_name(table_id, epoch)
+    # The branch is created (a lake commit) while the first chunk's write is prepared: reading the
+    # stream's metadata and rendering the MERGE need no branch, only its name.
+    opening = _OPENER.submit(open_branch, spark, plan, table_id, epoch, branch)
+    opened = False
+
+    def branch_ready() -> None:
+        nonlocal opened
+        if not opened:
+            opening.result()  # FencedEpochError: main moved since the plan, nothing was written
+            opened = True
+
     gate = QualityGate(spark, plan, table_id, epoch)  # table.datalake.quality (server/quality/gate.py)
     branch_dropped = published = returned = False
     try:
         chunks = plan.chunks(chunk_rows)
         for index, chunk in enumerate(chunks):
-            write_chunk(spark, plan, chunk, branch, columns, commit_properties(table_id, epoch, job_id, chunk), point)
+            write_chunk(spark, plan, chunk, branch, columns, commit_properties(table_id, epoch, job_id, chunk), point,
+                        branch_ready, into_empty=index == 0 and plan.lake_snapshot_id is None)
             gate.before_publish(branch, chunk)  # block mode: a failing branch is never published
             point("before-commit")
             check_epoch()
@@ -116,7 +129,12 @@ def run_round(
                 break
         returned = True
     finally:
-        if not branch_dropped:
+        if not opened:
+            try:
+                branch_ready()  # a write that failed early: the branch may still be being created
+            except Exception:  # noqa: BLE001 - not created, or open_branch removed it itself
+                pass
+        if opened and not branch_dropped:
             drop_branch(spark, plan, branch)
         if published and not (returned and defer_repin):
             # Once per round, after its last lake commit (also one that a later chunk's failure
@@ -134,11 +152,24 @@ def _tables(spark: Any, plan: Plan) -> RoundTables:
     return plan.tables
 
 
-def open_branch(spark: Any, plan: Plan, table_id: int, epoch: int) -> str:
-    """Create the round's branch exactly where the plan found ``main``; fenced if ``main`` moved."""
+# Threads that create rounds' branches (open_branch) while the rounds prepare their first writes: one per
+# round at a time, so as many as a process runs rounds at once; a busy pool only delays a round.
+_OPENER = ThreadPoolExecutor(max_workers=8, thread_name_prefix="tierlake-branch")
+
+
+def branch_name(table_id: int, epoch: int) -> str:
+    """A new round's branch: its table and epoch (stale ones are found by them), unique."""
+    return f"{BRANCH_PREFIX}{table_id}_{epoch}_{uuid.uuid4().hex[:8]}"
+
+
+def open_branch(spark: Any, plan: Plan, table_id: int, epoch: int, branch: str | None = None) -> str:
+    """Create the round's branch exactly where the plan found ``main``; fenced if ``main`` moved.
+
+    Runs in an opener thread beside the round's own (:func:`run_round`): only
+    it uses the round's lake table object until the round waits for it."""
     tables = _tables(spark, plan)
     lake = tables.fresh_lake()  # the refs as they are now, as a fresh load would show them
-    branch = f"{BRANCH_PREFIX}{table_id}_{epoch}_{uuid.uuid4().hex[:8]}"
+    branch = branch or branch_name(table_id, epoch)
     _drop_stale_branches(lake, table_id)
     manage = lake.manageSnapshots()
     (manage.createBranch(branch, plan.lake_snapshot_id) if plan.lake_snapshot_id is not None
@@ -178,10 +209,17 @@ def commit_properties(table_id: int, epoch: int, job_id: str, chunk: Chunk) -> d
 
 
 def write_chunk(spark: Any, plan: Plan, chunk: Chunk, branch: str, columns: list[Carried],
-                properties: dict[str, str], point: Callable[[str], None]) -> None:
-    """One chunk as one commit on the branch: a KV snapshot split or a changelog range."""
+                properties: dict[str, str], point: Callable[[str], None],
+                branch_ready: Callable[[], None] = lambda: None, into_empty: bool = False) -> None:
+    """One chunk as one commit on the branch: a KV snapshot split or a changelog range.
+
+    ``branch_ready`` returns once the branch exists (it raises if it could not be opened); a
+    changelog MERGE is prepared before it is called. ``into_empty``: the branch holds no rows
+    (the round's first chunk into a lake that had no snapshot when planned); a primary-key range
+    whose lake is bucketed only by the key is then appended rather than merged."""
     target = [plan.lake.database, plan.lake.table, f"branch_{branch}"]
     if chunk.snapshot is not None:
+        branch_ready()
         point("after-plan")
         point("during-write")
         snapshot_split.write_split(spark, plan, chunk.snapshot, target, properties)
@@ -189,13 +227,19 @@ def write_chunk(spark: Any, plan: Plan, chunk: Chunk, branch: str, columns: list
     tables = _tables(spark, plan)
     # A log table's appends as files (server/changelog/file_copy.py): no Spark job when the lake allows it.
     # The lake object is the one that opened the branch (it sees its own commit).
+    if not plan.spec.is_primary_key:
+        branch_ready()  # the copy reads the lake table object that opened the branch
     if not plan.spec.is_primary_key and file_copy.usable(spark, tables.stream_table, tables.lake_table, chunk):
         point("after-plan")
         point("during-write")
         file_copy.append(spark, tables.stream_table, tables.lake_table, chunk, branch, properties)
         return
+    # Partitioned further (table.datalake.partition), an unshuffled append could hold a writer open per
+    # partition in every task: such lakes keep the MERGE, whose write is clustered by partition.
     with lake_write.ChangelogWrite(spark, plan.stream, plan.spec, target, chunk, columns,
-                                   stream_table=tables.stream_table) as write:
+                                   stream_table=tables.stream_table,
+                                   into_empty=into_empty and not plan.spec.lake_partition) as write:
+        branch_ready()
         point("after-plan")
         point("during-write")
         write.commit(properties)

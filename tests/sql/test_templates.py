@@ -43,6 +43,10 @@ CASES = {
         target=["shop_lake", "orders", "branch_tierlake_7_3_cd"], delta="__d", files="__f",
         columns=["order_id", "amount", "tags", "ts"], json_columns=["tags"], keys=["order_id"], sequence_by="ts",
         change_type=CHANGE_TYPE, change_types=CHANGE_TYPES, guard="tierlake: it's refused")),
+    "pk_load_sequence_by": ("templates/tiering_pk_load.sql.j2", dict(
+        delta="__d", files="__f", columns=["order_id", "amount", "tags", "ts"], json_columns=["tags"],
+        keys=["order_id"], sequence_by="ts", change_type=CHANGE_TYPE, change_types=CHANGE_TYPES,
+        guard="tierlake: it's refused")),
     "pk_merge_composite_key": ("templates/tiering_pk_merge.sql.j2", dict(
         target=["db_lake", "t", "branch_b"], delta="__d", files="__f", columns=["a", "b", "v"], json_columns=[],
         keys=["a", "b"], sequence_by=None, change_type=CHANGE_TYPE, change_types=CHANGE_TYPES, guard="refused")),

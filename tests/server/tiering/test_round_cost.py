@@ -13,6 +13,7 @@ import itertools
 import re
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from tierlake.server.changelog import fresh_view, lake_schema, lake_write, plann
 from tierlake.server.clients.procedure_client import LocalClient
 from tierlake.server.runtime import session
 from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.tiering import round as round_module
 from tierlake.server.tiering.round import run_round
 from tierlake.server.tiering.worker import Worker
 
@@ -133,11 +135,10 @@ def test_a_workers_round_repins_the_fresh_view_after_its_report(server, hive_cur
     original = fresh_view.after_lake_commit
     monkeypatch.setattr(fresh_view, "after_lake_commit",
                         lambda spark, plan: (events.append(f"re-pin {plan.stream}"), original(spark, plan)))
-    client = Reporting(server, events, fail=fail)
     job = f"job-repin-{fail}"
-    table_id, epoch = assign(client, job, table)
+    table_id, epoch = assign(LocalClient(server), job, table)
 
-    Worker(spark, client, job, server.config).tier(table_id, table, epoch)
+    Worker(spark, Reporting(server, events, fail=fail), job, server.config).tier(table_id, table, epoch)
 
     assert fresh_view.settle()
     assert events == (["report failed", f"re-pin {table}", "failure reported"] if fail
@@ -148,6 +149,84 @@ def test_a_workers_round_repins_the_fresh_view_after_its_report(server, hive_cur
     assert sorted(tuple(r) for r in spark.sql(f"SELECT id, v FROM {fresh}").collect()) == [(1, 1.0), (2, 2.0)]
     if not fail:
         assert coordinator_state(server, table).tiered_position == int(head.summary()["tiering.source-position"])
+
+
+def test_a_primary_key_tables_first_round_appends_its_winners_without_a_shuffle(hive_cursor, spark, monkeypatch):
+    """Into a lake that has no snapshot, the first chunk's winners are appended (tiering_pk_load.sql.j2),
+    one stream bucket per task: no join against the empty table, no exchange. Later rounds merge."""
+    table, lake, _ = create(hive_cursor, pk=True)
+    spark.sql(f"INSERT INTO {table} VALUES (1, 1.0, '+I'), (2, 2.0, NULL), (4, 4.0, NULL)")
+    spark.sql(f"INSERT INTO {table} VALUES (2, 2.5, '+U'), (3, 3.0, NULL), (1, NULL, '-D')")
+    statements = []
+    original = lake_write.ChangelogWrite.commit
+    monkeypatch.setattr(lake_write.ChangelogWrite, "commit",
+                        lambda self, properties: (statements.append(self.statement), original(self, properties))[1])
+    tracker, group = spark.sparkContext.statusTracker(), f"first-round-{next(_counter)}"
+    spark.sparkContext.setJobGroup(group, "a primary-key table's first round")
+    try:
+        assert one_round(spark, table).rows == 6
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(group)]
+    assert statements[0].lstrip().startswith("SELECT"), statements[0][:200]
+    assert jobs and all(len(job.stageIds) == 1 for job in jobs), [list(job.stageIds) for job in jobs]
+    assert sorted(tuple(r) for r in spark.sql(f"SELECT id, v FROM {lake}").collect()) == [(2, 2.5), (3, 3.0), (4, 4.0)]
+    files = spark.sql(f"SELECT count(*) FROM {lake}.files").collect()[0][0]
+    assert files <= 2  # one per bucket, written by the task that read it
+
+    spark.sql(f"INSERT INTO {table} VALUES (4, NULL, '-D'), (5, 5.0, NULL)")
+    assert one_round(spark, table).rows == 2
+    assert statements[1].lstrip().startswith("MERGE"), statements[1][:200]
+    assert sorted(tuple(r) for r in spark.sql(f"SELECT id, v FROM {lake}").collect()) == [(2, 2.5), (3, 3.0), (5, 5.0)]
+
+
+def tiering_branches(spark, lake: str) -> list[str]:
+    return [str(r) for r in iceberg_table(spark, lake).refs().keySet() if str(r).startswith("tierlake_")]
+
+
+def test_a_primary_key_round_prepares_its_merge_while_its_branch_is_created(hive_cursor, spark, monkeypatch):
+    """The branch's creation (a lake commit) overlaps reading the chunk's files and rendering the MERGE."""
+    table, lake, _ = create(hive_cursor, pk=True)
+    spark.sql(f"INSERT INTO {table} VALUES (1, 1.0, NULL), (2, 2.0, '+I')")
+    prepared, threads = threading.Event(), []
+    original_files, original_open = lake_write.chunk_files, round_module.open_branch
+    monkeypatch.setattr(lake_write, "chunk_files", lambda *a, **k: (prepared.set(), original_files(*a, **k))[1])
+
+    def opened_once_prepared(*args, **kwargs):
+        threads.append(threading.get_ident())
+        assert prepared.wait(60), "the chunk's write was not prepared while its branch was created"
+        return original_open(*args, **kwargs)
+
+    monkeypatch.setattr(round_module, "open_branch", opened_once_prepared)
+    result = one_round(spark, table)
+
+    assert result.rows == 2 and threads and threads[0] != threading.get_ident()
+    assert sorted(tuple(r) for r in spark.sql(f"SELECT id, v FROM {lake}").collect()) == [(1, 1.0), (2, 2.0)]
+    assert tiering_branches(spark, lake) == []
+
+
+def test_a_write_that_fails_before_its_branch_exists_leaves_no_branch(hive_cursor, spark, monkeypatch):
+    table, lake, _ = create(hive_cursor, pk=True)
+    spark.sql(f"INSERT INTO {table} VALUES (1, 1.0, NULL)")
+    original_open = round_module.open_branch
+
+    def late(*args, **kwargs):
+        time.sleep(2)  # the write below fails long before the branch exists
+        return original_open(*args, **kwargs)
+
+    def unreadable(*args, **kwargs):
+        raise RuntimeError("the stream's manifests are unreadable")
+
+    monkeypatch.setattr(round_module, "open_branch", late)
+    monkeypatch.setattr(lake_write, "chunk_files", unreadable)
+    with pytest.raises(RuntimeError, match="manifests are unreadable"):
+        one_round(spark, table)
+    assert tiering_branches(spark, lake) == []
+    assert spark.sql(f"SELECT count(*) FROM {lake}").collect()[0][0] == 0
+
+    monkeypatch.undo()
+    assert one_round(spark, table).rows == 1  # the next round tiers the chunk
+    assert tiering_branches(spark, lake) == []
 
 
 def test_an_unchanged_schema_is_not_synced_again_a_changed_one_is(hive_cursor, spark, monkeypatch):
