@@ -8,9 +8,13 @@ seconds) are created through the gateway; a feeder appends one row to each
 table every F/2 (through the gateway, spread over the period); after a
 warm-up of 2·F, ``lag = now − last_tiered_time`` of every table is sampled
 from ``sys.lake_tiering_status`` every 2 s for ``--minutes``, while 8 other
-clients read ``sys.lake_tiering_status`` in a loop. Prints p50/p95/max lag,
-rounds per minute and the readers' p50/p95, next to the targets (p95 lag ≤
-1.5·F; readers p50 ≤ 1 s). The server runs with its default worker settings
+clients read ``sys.lake_tiering_status`` in a loop (a query, 0.5 s, the next
+one) for the whole sampling window. The feeders and the readers are Python
+processes of their own, as client applications are (``--clients-in-process``:
+threads of the server's process, as in the runs before 2026-11-27). Prints
+p50/p95/max lag, rounds per minute, late appends, the server's CPU (its
+Python process and JVM, in cores) and the readers' p50/p95, next to the
+targets (p95 lag ≤ 1.5·F; readers p50 ≤ 1 s). The server runs with its default worker settings
 (one job, ``tierlake.tiering.tables-per-job``) unless ``--conf k=v`` says
 otherwise. Each N's tables are disabled before the next N starts.
 """
@@ -23,7 +27,7 @@ import time
 from datetime import datetime, timezone
 
 from bench.common import p, start_server
-from bench.gateway_load import run_clients
+from bench.gateway_load import run_clients, run_clients_out_of_process
 
 STATUS = "SELECT table_name, last_tiered_time FROM sys.lake_tiering_status WHERE database_name = '{db}'"
 
@@ -37,14 +41,16 @@ def connect(server):
 class Feeder(threading.Thread):
     """One row into each table every ``period`` seconds, spread over the period."""
 
-    def __init__(self, server, tables: list[str], period: float):
+    def __init__(self, port: int, tables: list[str], period: float):
         super().__init__(daemon=True)
-        self.server, self.tables, self.period = server, tables, period
+        self.port, self.tables, self.period = port, tables, period
         self.stop_event = threading.Event()
         self.appends, self.late = 0, 0
 
     def run(self) -> None:
-        cursor = connect(self.server).cursor()
+        from pyhive import hive
+
+        cursor = hive.connect("127.0.0.1", self.port, username="bench").cursor()
         step = self.period / len(self.tables)
         n, start = 0, time.monotonic()
         while not self.stop_event.is_set():
@@ -62,7 +68,56 @@ class Feeder(threading.Thread):
         self.stop_event.set()
 
 
-def one_size(server, n: int, freshness: float, minutes: float) -> dict:
+def _feeder_process(port: int, tables: list[str], period: float, stop, out) -> None:
+    feeder = Feeder(port, tables, period)
+    feeder.start()
+    stop.wait()
+    feeder.stop()
+    feeder.join(60)
+    out.put((feeder.appends, feeder.late))
+
+
+class FeederProcess:
+    """A :class:`Feeder` in a Python process of its own, as a client application is:
+    its Thrift calls do not share the server's GIL."""
+
+    def __init__(self, port: int, tables: list[str], period: float):
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")  # never fork a process that runs a JVM bridge
+        self.stop_event, self.out = ctx.Event(), ctx.Queue()
+        self.process = ctx.Process(target=_feeder_process, args=(port, tables, period, self.stop_event, self.out),
+                                   daemon=True)
+        self.appends, self.late = 0, 0
+
+    def start(self) -> None:
+        self.process.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def join(self, timeout: float) -> None:
+        self.appends, self.late = self.out.get(timeout=timeout)
+        self.process.join(timeout)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    import os
+
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu(server) -> float:
+    """CPU seconds of the server so far: this Python process and its JVM."""
+    import os
+
+    return _cpu_seconds(os.getpid()) + _cpu_seconds(server.spark.sparkContext._gateway.proc.pid)
+
+
+def one_size(server, n: int, freshness: float, minutes: float, in_process: bool = False) -> dict:
     db = f"many_{n}_{int(time.time())}"
     cursor = connect(server).cursor()
     cursor.execute(f"CREATE DATABASE {db}")
@@ -76,7 +131,8 @@ def one_size(server, n: int, freshness: float, minutes: float) -> dict:
     rounds_before = sum(w.rounds for w in server.workers)
     # Two feeders: one INSERT is a commit (~0.1-0.2 s); one alone could not keep up with 100 tables.
     half = (len(tables) + 1) // 2
-    feeders = [Feeder(server, part, freshness / 2) for part in (tables[:half], tables[half:]) if part]
+    kind = Feeder if in_process else FeederProcess
+    feeders = [kind(server.gateway.port, part, freshness / 2) for part in (tables[:half], tables[half:]) if part]
     for f in feeders:
         f.start()
     time.sleep(2 * freshness)
@@ -84,14 +140,21 @@ def one_size(server, n: int, freshness: float, minutes: float) -> dict:
     readers = {}
 
     def read_status():
-        clients = 8
-        statements = max(1, int(minutes * 60 / 0.5 / clients))
-        readers["result"] = run_clients(lambda _n: connect(server), clients, statements,
-                                        ("SELECT * FROM sys.lake_tiering_status",))
+        # Each reader queries, waits 0.5 s (a dashboard's refresh), and goes on for the whole sampling window.
+        clients, pause, seconds = 8, 0.5, minutes * 60
+        statements = 1_000_000
+        query = ("SELECT * FROM sys.lake_tiering_status",)
+        if in_process:
+            readers["result"] = run_clients(lambda _n: connect(server), clients, int(seconds / pause), query)
+        else:
+            spec = {"host": "127.0.0.1", "port": server.gateway.port, "user": "reader"}
+            readers["result"] = run_clients_out_of_process(spec, clients, statements, query, processes=2,
+                                                           pause=pause, seconds=seconds)
 
     reader_thread = threading.Thread(target=read_status, daemon=True)
     reader_thread.start()
     t0 = time.monotonic()
+    cpu0 = server_cpu(server)
     rounds_start = sum(w.rounds for w in server.workers)
     while time.monotonic() - t0 < minutes * 60:
         cursor.execute(STATUS.format(db=db))
@@ -104,6 +167,7 @@ def one_size(server, n: int, freshness: float, minutes: float) -> dict:
             lags.append((now - last).total_seconds())
         time.sleep(2)
     elapsed = time.monotonic() - t0
+    cpu = server_cpu(server) - cpu0
     rounds = sum(w.rounds for w in server.workers) - rounds_start
     for f in feeders:
         f.stop()
@@ -116,7 +180,9 @@ def one_size(server, n: int, freshness: float, minutes: float) -> dict:
     result = readers.get("result")
     return {
         "n": n, "samples": len(lags), "p50": p(lags, 0.5), "p95": p(lags, 0.95), "max": max(lags),
-        "rounds_per_min": rounds / elapsed * 60, "rounds_total": sum(w.rounds for w in server.workers) - rounds_before,
+        "rounds_per_min": rounds / elapsed * 60, "server_cores": cpu / elapsed,
+        "rounds_total": sum(w.rounds for w in server.workers) - rounds_before,
+        "reads": result.statements if result else 0,
         "appends": sum(f.appends for f in feeders), "feeder_late": sum(f.late for f in feeders),
         "most_at_once": max((w.most_at_once for w in server.workers), default=0),
         "readers_p50": result.percentile(0.5) if result else float("nan"),
@@ -130,6 +196,8 @@ def main() -> None:
     parser.add_argument("--tables", default="20,50,100")
     parser.add_argument("--freshness", type=float, default=10.0)
     parser.add_argument("--minutes", type=float, default=2.0)
+    parser.add_argument("--clients-in-process", action="store_true",
+                        help="feeders and readers as threads of the server's process (the runs before 2026-11-26)")
     parser.add_argument("--conf", action="append", default=[], help="server setting k=v (default: none)")
     args = parser.parse_args()
     conf = dict(c.split("=", 1) for c in args.conf)
@@ -142,19 +210,20 @@ def main() -> None:
     try:
         for n in (int(x) for x in args.tables.split(",")):
             print(f"N = {n}", flush=True)
-            r = one_size(server, n, f, args.minutes)
+            r = one_size(server, n, f, args.minutes, args.clients_in_process)
             rows.append(r)
             print(f"  {r}", flush=True)
     finally:
         server.stop()
     print()
     print(f"| tables | lag p50 | lag p95 (target ≤ {1.5 * f:g} s) | lag max | rounds/min | most rounds at once "
-          f"| status readers p50 / p95 (target p50 ≤ 1 s) |")
-    print("|---|---|---|---|---|---|---|")
+          f"| feeder late | server CPU (cores) | status reads: count, p50 / p95 (target p50 ≤ 1 s) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ok = "✓" if r["p95"] <= 1.5 * f else "✗"
         print(f"| {r['n']} | {r['p50']:.1f} s | {r['p95']:.1f} s {ok} | {r['max']:.1f} s | {r['rounds_per_min']:.0f} "
-              f"| {r['most_at_once']} | {r['readers_p50'] * 1000:.0f} / {r['readers_p95'] * 1000:.0f} ms "
+              f"| {r['most_at_once']} | {r['feeder_late']} of {r['appends']} | {r['server_cores']:.2f} "
+              f"| {r['reads']}, {r['readers_p50'] * 1000:.0f} / {r['readers_p95'] * 1000:.0f} ms "
               f"({r['readers_failed']} failed) |")
 
 

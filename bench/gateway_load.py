@@ -47,9 +47,15 @@ class LoadResult:
 
 
 def _statements(cursor, n: int, statements: int, queries: tuple[str, ...], result: LoadResult,
-                lock: threading.Lock) -> None:
-    """Client ``n``'s statements, each timed; failures are counted, not raised."""
+                lock: threading.Lock, pause: float = 0.0, deadline: float | None = None) -> None:
+    """Client ``n``'s statements, each timed; failures are counted, not raised.
+    With ``deadline`` (wall-clock seconds), it stops there even before ``statements``;
+    ``pause`` is a wait between statements (a dashboard's refresh)."""
     for i in range(statements):
+        if deadline is not None and time.time() >= deadline:
+            break
+        if i and pause:
+            time.sleep(pause)
         t = time.perf_counter()
         try:
             cursor.execute(queries[(n + i) % len(queries)])
@@ -102,7 +108,8 @@ def _connect_spec(spec: dict, n: int):
                         auth=spec.get("auth", "NONE"))
 
 
-def _client_process(spec: dict, clients: int, statements: int, queries: tuple[str, ...], ready, out) -> None:
+def _client_process(spec: dict, clients: int, statements: int, queries: tuple[str, ...], ready, out,
+                    pause: float = 0.0, seconds: float | None = None) -> None:
     # One process of several: its threads connect, wait for the parent's start, run, and send back.
     result = LoadResult()
     conns = []
@@ -114,7 +121,9 @@ def _client_process(spec: dict, clients: int, statements: int, queries: tuple[st
     lock = threading.Lock()
 
     ready.wait(300)
-    threads = [threading.Thread(target=_statements, args=(c.cursor(), n, statements, queries, result, lock))
+    deadline = None if seconds is None else time.time() + seconds
+    threads = [threading.Thread(target=_statements,
+                                args=(c.cursor(), n, statements, queries, result, lock, pause, deadline))
                for n, c in enumerate(conns)]
     for t in threads:
         t.start()
@@ -126,10 +135,11 @@ def _client_process(spec: dict, clients: int, statements: int, queries: tuple[st
 
 
 def run_clients_out_of_process(spec: dict, clients: int, statements: int, queries: tuple[str, ...] = QUERIES,
-                               processes: int = 4) -> LoadResult:
+                               processes: int = 4, pause: float = 0.0, seconds: float | None = None) -> LoadResult:
     """Like :func:`run_clients`, but the clients live in ``processes`` other
     Python processes (as dashboards do): their Thrift decoding does not share
-    the server's GIL. ``spec``: host, port, and optionally user/password/auth."""
+    the server's GIL. ``spec``: host, port, and optionally user/password/auth.
+    ``pause`` waits between a client's statements; ``seconds`` ends them early."""
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")  # never fork a process that runs a JVM bridge
@@ -137,7 +147,7 @@ def run_clients_out_of_process(spec: dict, clients: int, statements: int, querie
     shares = [k for k in (clients // processes + (1 if i < clients % processes else 0)
                           for i in range(processes)) if k]
     ready = ctx.Barrier(len(shares) + 1)
-    procs = [ctx.Process(target=_client_process, args=(spec, k, statements, queries, ready, out))
+    procs = [ctx.Process(target=_client_process, args=(spec, k, statements, queries, ready, out, pause, seconds))
              for k in shares]
     for p in procs:
         p.start()

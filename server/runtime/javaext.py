@@ -15,6 +15,10 @@ jar in jars.py. They go on the driver's class path:
   primary-key chunk from the manifests (server/changelog/lake_write.py);
 - ``io.tierlake.internal.LocalFileSystem`` is ``file:`` without a forked
   ``chmod`` per created file (``spark.hadoop.fs.file.impl`` of local masters);
+- ``io.tierlake.internal.CasAlterHandler`` is the embedded metastore's
+  ``alter_table``: an Iceberg commit lands only on the metadata it was based
+  on (compare-and-set), so Iceberg needs no metastore locks
+  (runtime/session.py);
 - ``io.tierlake.internal.IncrementalCatalog`` is the read-only catalog
   ``tierlake_inc`` whose ``<db>.<table>.after_<snapshot>`` is an incremental
   (append) read of a stream table, the stream part of a fresh view
@@ -47,6 +51,7 @@ LAKE_FILES = "io.tierlake.internal.LakeFiles"
 ICEBERG_SOURCES = {"SmallTables.java", "LakeFiles.java"}  # compiled against the Iceberg runtime jar
 LOCAL_FILE_SYSTEM = "io.tierlake.internal.LocalFileSystem"
 INCREMENTAL_CATALOG = "io.tierlake.internal.IncrementalCatalog"
+CAS_ALTER_HANDLER = "io.tierlake.internal.CasAlterHandler"
 INCREMENTAL_CATALOG_NAME = "tierlake_inc"  # spark.sql.catalog.<this>, set by runtime/session.py
 
 

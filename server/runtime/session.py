@@ -20,6 +20,7 @@ from tierlake.server.exceptions import HomeInUseError, MigrationError
 from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.jars import resolve_iceberg_jars
 from tierlake.server.runtime.javaext import (
+    CAS_ALTER_HANDLER,
     INCREMENTAL_CATALOG,
     INCREMENTAL_CATALOG_NAME,
     LOCAL_FILE_SYSTEM,
@@ -120,6 +121,14 @@ def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
         "spark.hadoop.hive.server2.authentication": "CUSTOM",
         "spark.hadoop.hive.server2.custom.authentication.class": SECRET_AUTHENTICATOR,
         "spark.hadoop.hive.server2.transport.mode": "binary",
+        # Statements run as the server's own user, not as the gateway's login
+        # (a proxy user). Hive keeps one metastore client per thread and
+        # rebuilds it, with a new HiveConf and a new Derby RawStore (~20-50 ms
+        # of CPU), whenever the user on a thread differs from the user the
+        # shared client was made for: with impersonation every switch between
+        # a Thrift session and a server thread did that (a fifth of the JVM's
+        # CPU with 30 tables tiering).
+        "spark.hadoop.hive.server2.enable.doAs": "false",
         # GetOperationStatus long-polls this long while a statement runs; 1 s
         # keeps progress displays (tierlake sql, beeline) responsive.
         "spark.hadoop.hive.server2.long.polling.timeout": "1000ms",
@@ -139,6 +148,14 @@ def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
     ]
     db = metastore_db(config)
     settings.update(db.spark_settings())
+    if not db.shared:
+        # Embedded Derby: every metastore call runs in this JVM, where
+        # CasAlterHandler.java makes an Iceberg commit's alter_table a
+        # compare-and-set on metadata_location; Iceberg then skips the metastore
+        # locks, whose statements Derby compiled anew each time (a third of a
+        # commit's CPU). A shared PostgreSQL metastore keeps Iceberg's locks.
+        settings["spark.hadoop.hive.metastore.alter.impl"] = CAS_ALTER_HANDLER
+        settings["spark.hadoop.iceberg.engine.hive.lock-enabled"] = "false"
     user = config.spark_conf()
     # The metastore's JDBC driver is needed by the driver JVM only (Hive's
     # metastore code runs there), and before any SQL: the class path.

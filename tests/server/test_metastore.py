@@ -36,6 +36,16 @@ def test_postgres_url_selects_a_shared_metastore_with_its_driver_on_the_class_pa
     assert settings[JDO + "ConnectionPassword"] == "pw"
     assert settings["spark.driver.extraClassPath"].split(":")[0] == driver_jar
     assert driver_jar not in settings.get("spark.jars", "")  # executors need no metastore driver
+    # Several JVMs share the database: Iceberg keeps its metastore locks, no JVM-local check.
+    assert "spark.hadoop.iceberg.engine.hive.lock-enabled" not in settings
+    assert "spark.hadoop.hive.metastore.alter.impl" not in settings
+
+
+def test_embedded_derby_checks_commits_in_the_jvm_instead_of_locking(tmp_path):
+    settings = spark_settings(Config.load(home=tmp_path), 12345)
+    assert settings["spark.hadoop.hive.metastore.alter.impl"] == "io.tierlake.internal.CasAlterHandler"
+    assert settings["spark.hadoop.iceberg.engine.hive.lock-enabled"] == "false"
+    assert settings["spark.hadoop.hive.server2.enable.doAs"] == "false"
 
 
 def test_plain_hive_keys_work_too(tmp_path, driver_jar):

@@ -1,0 +1,96 @@
+package io.tierlake.internal;
+
+import java.util.Locale;
+import java.util.Map;
+import java.util.Objects;
+import org.apache.hadoop.hive.metastore.HiveAlterHandler;
+import org.apache.hadoop.hive.metastore.HiveMetaStore;
+import org.apache.hadoop.hive.metastore.RawStore;
+import org.apache.hadoop.hive.metastore.Warehouse;
+import org.apache.hadoop.hive.metastore.api.EnvironmentContext;
+import org.apache.hadoop.hive.metastore.api.InvalidOperationException;
+import org.apache.hadoop.hive.metastore.api.MetaException;
+import org.apache.hadoop.hive.metastore.api.Table;
+
+/**
+ * The embedded metastore's {@code hive.metastore.alter.impl}: an Iceberg commit's
+ * {@code alter_table} lands only if the table's {@code metadata_location} is still the
+ * one the commit was based on, checked and changed atomically.
+ *
+ * <p>Why: Iceberg's Hive catalog otherwise serialises commits with metastore locks.
+ * On Hive 2.3's embedded Derby each lock is several statements whose text carries
+ * literal ids, so Derby parses and generates a class for every one of them; that and
+ * the lock polls were the largest share of a commit's CPU. Hive 4 metastores take
+ * the check instead ({@code expected_parameter_key}/{@code expected_parameter_value} in
+ * the environment context, what Iceberg sends with {@code iceberg.engine.hive.lock-enabled}
+ * = false); Hive 2.3 ignores those keys, so this handler implements them.
+ *
+ * <p>Atomic because every metastore call for the embedded Derby database runs in this
+ * JVM (Derby admits one; other processes reach it through this JVM's metastore
+ * service), and the check and the change happen under one monitor per table that is
+ * JVM-wide: an interned string, the same object for every class loader that loads
+ * this class. With a shared PostgreSQL metastore (several JVMs) the server keeps
+ * Iceberg's locks and does not install this handler.
+ *
+ * <p>An alter that carries no expected value but moves an Iceberg table's
+ * {@code metadata_location} (a client that still locks) is held to its own
+ * {@code previous_metadata_location}, so the two kinds of client can share a table.
+ */
+public class CasAlterHandler extends HiveAlterHandler {
+    static final String LOCATION = "metadata_location";
+    static final String PREVIOUS = "previous_metadata_location";
+    static final String EXPECTED_KEY = "expected_parameter_key";
+    static final String EXPECTED_VALUE = "expected_parameter_value";
+
+    @Override
+    public void alterTable(RawStore msdb, Warehouse wh, String dbname, String name, Table newt,
+                           EnvironmentContext context) throws InvalidOperationException, MetaException {
+        alterTable(msdb, wh, dbname, name, newt, context, null);
+    }
+
+    @Override
+    public void alterTable(RawStore msdb, Warehouse wh, String dbname, String name, Table newt,
+                           EnvironmentContext context, HiveMetaStore.HMSHandler handler)
+            throws InvalidOperationException, MetaException {
+        synchronized (monitor(dbname, name)) {
+            check(msdb, dbname, name, newt, context);
+            super.alterTable(msdb, wh, dbname, name, newt, context, handler);
+        }
+    }
+
+    static Object monitor(String dbname, String name) {
+        return ("io.tierlake.internal.CasAlterHandler:" + dbname.toLowerCase(Locale.ROOT) + "."
+                + name.toLowerCase(Locale.ROOT)).intern();
+    }
+
+    private static void check(RawStore msdb, String dbname, String name, Table newt, EnvironmentContext context)
+            throws MetaException {
+        Map<String, String> props = context == null ? null : context.getProperties();
+        Map<String, String> params = newt.getParameters();
+        String key;
+        String expected;
+        if (props != null && props.get(EXPECTED_KEY) != null) {
+            key = props.get(EXPECTED_KEY);
+            expected = props.get(EXPECTED_VALUE);
+        } else if (params != null && params.get(LOCATION) != null && params.get(PREVIOUS) != null) {
+            key = LOCATION;
+            expected = params.get(PREVIOUS);
+        } else {
+            return;
+        }
+        Table current = msdb.getTable(dbname, name);
+        String actual = current == null || current.getParameters() == null ? null : current.getParameters().get(key);
+        if (props == null || props.get(EXPECTED_KEY) == null) {
+            if (Objects.equals(actual, params.get(LOCATION))) {
+                return;  // not a commit: a rename or a property change that keeps the metadata
+            }
+        }
+        if (!Objects.equals(expected, actual)) {
+            // Iceberg's HiveTableOperations turns exactly this message into a CommitFailedException
+            // (it retries on the refreshed metadata), as it does for a Hive 4 metastore's.
+            throw new MetaException(String.format(
+                    "The table has been modified. The parameter value for key '%s' is '%s'. The expected was value was '%s'",
+                    key, actual, expected));
+        }
+    }
+}
