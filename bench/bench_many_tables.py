@@ -197,7 +197,7 @@ def main() -> None:
     parser.add_argument("--freshness", type=float, default=10.0)
     parser.add_argument("--minutes", type=float, default=2.0)
     parser.add_argument("--clients-in-process", action="store_true",
-                        help="feeders and readers as threads of the server's process (the runs before 2026-11-26)")
+                        help="feeders and readers as threads of the server's process (the runs before 2026-11-27)")
     parser.add_argument("--conf", action="append", default=[], help="server setting k=v (default: none)")
     args = parser.parse_args()
     conf = dict(c.split("=", 1) for c in args.conf)
