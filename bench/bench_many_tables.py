@@ -6,7 +6,7 @@ server keeps within their freshness.
 For each N in ``--tables``: N log tables at freshness F (``--freshness``
 seconds) are created through the gateway; a feeder appends one row to each
 table every F/2 (through the gateway, spread over the period); after a
-warm-up of 2·F, ``lag = now − last_tiered_time`` of every table is sampled
+warm-up of 2·F (``--warmup``: longer), ``lag = now − last_tiered_time`` of every table is sampled
 from ``sys.lake_tiering_status`` every 2 s for ``--minutes``, while 8 other
 clients read ``sys.lake_tiering_status`` in a loop (a query, 0.5 s, the next
 one) for the whole sampling window. The feeders and the readers are Python
@@ -117,7 +117,19 @@ def server_cpu(server) -> float:
     return _cpu_seconds(os.getpid()) + _cpu_seconds(server.spark.sparkContext._gateway.proc.pid)
 
 
-def one_size(server, n: int, freshness: float, minutes: float, in_process: bool = False) -> dict:
+def jit_seconds(server) -> float:
+    """Seconds the JVM's JIT compilers have spent so far (all compiler threads)."""
+    jvm = server.spark.sparkContext._jvm
+    return jvm.java.lang.management.ManagementFactory.getCompilationMXBean().getTotalCompilationTime() / 1000
+
+
+def jvm_uptime(server) -> float:
+    jvm = server.spark.sparkContext._jvm
+    return jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getUptime() / 1000
+
+
+def one_size(server, n: int, freshness: float, minutes: float, in_process: bool = False,
+             warmup: float = 0.0) -> dict:
     db = f"many_{n}_{int(time.time())}"
     cursor = connect(server).cursor()
     cursor.execute(f"CREATE DATABASE {db}")
@@ -135,7 +147,7 @@ def one_size(server, n: int, freshness: float, minutes: float, in_process: bool 
     feeders = [kind(server.gateway.port, part, freshness / 2) for part in (tables[:half], tables[half:]) if part]
     for f in feeders:
         f.start()
-    time.sleep(2 * freshness)
+    time.sleep(max(2 * freshness, warmup * 60))
     lags: list[float] = []
     readers = {}
 
@@ -154,7 +166,7 @@ def one_size(server, n: int, freshness: float, minutes: float, in_process: bool 
     reader_thread = threading.Thread(target=read_status, daemon=True)
     reader_thread.start()
     t0 = time.monotonic()
-    cpu0 = server_cpu(server)
+    cpu0, jit0, uptime = server_cpu(server), jit_seconds(server), jvm_uptime(server)
     rounds_start = sum(w.rounds for w in server.workers)
     while time.monotonic() - t0 < minutes * 60:
         cursor.execute(STATUS.format(db=db))
@@ -168,6 +180,7 @@ def one_size(server, n: int, freshness: float, minutes: float, in_process: bool 
         time.sleep(2)
     elapsed = time.monotonic() - t0
     cpu = server_cpu(server) - cpu0
+    jit = jit_seconds(server) - jit0
     rounds = sum(w.rounds for w in server.workers) - rounds_start
     for f in feeders:
         f.stop()
@@ -180,7 +193,8 @@ def one_size(server, n: int, freshness: float, minutes: float, in_process: bool 
     result = readers.get("result")
     return {
         "n": n, "samples": len(lags), "p50": p(lags, 0.5), "p95": p(lags, 0.95), "max": max(lags),
-        "rounds_per_min": rounds / elapsed * 60, "server_cores": cpu / elapsed,
+        "rounds_per_min": rounds / elapsed * 60, "server_cores": cpu / elapsed, "jit_cores": jit / elapsed,
+        "jvm_minutes": uptime / 60,
         "rounds_total": sum(w.rounds for w in server.workers) - rounds_before,
         "reads": result.statements if result else 0,
         "appends": sum(f.appends for f in feeders), "feeder_late": sum(f.late for f in feeders),
@@ -198,6 +212,9 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=2.0)
     parser.add_argument("--clients-in-process", action="store_true",
                         help="feeders and readers as threads of the server's process (the runs before 2026-11-27)")
+    parser.add_argument("--warmup", type=float, default=0.0,
+                        help="minutes each N runs its full load before sampling (default: 2·F); the JIT of a "
+                             "new server compiles for minutes, a server that has run a while does not")
     parser.add_argument("--conf", action="append", default=[], help="server setting k=v (default: none)")
     args = parser.parse_args()
     conf = dict(c.split("=", 1) for c in args.conf)
@@ -210,19 +227,21 @@ def main() -> None:
     try:
         for n in (int(x) for x in args.tables.split(",")):
             print(f"N = {n}", flush=True)
-            r = one_size(server, n, f, args.minutes, args.clients_in_process)
+            r = one_size(server, n, f, args.minutes, args.clients_in_process, args.warmup)
             rows.append(r)
             print(f"  {r}", flush=True)
     finally:
         server.stop()
     print()
     print(f"| tables | lag p50 | lag p95 (target ≤ {1.5 * f:g} s) | lag max | rounds/min | most rounds at once "
-          f"| feeder late | server CPU (cores) | status reads: count, p50 / p95 (target p50 ≤ 1 s) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          f"| feeder late | server CPU (cores) | of which JIT | JVM up at sampling "
+          f"| status reads: count, p50 / p95 (target p50 ≤ 1 s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ok = "✓" if r["p95"] <= 1.5 * f else "✗"
         print(f"| {r['n']} | {r['p50']:.1f} s | {r['p95']:.1f} s {ok} | {r['max']:.1f} s | {r['rounds_per_min']:.0f} "
               f"| {r['most_at_once']} | {r['feeder_late']} of {r['appends']} | {r['server_cores']:.2f} "
+              f"| {r['jit_cores']:.2f} | {r['jvm_minutes']:.0f} min "
               f"| {r['reads']}, {r['readers_p50'] * 1000:.0f} / {r['readers_p95'] * 1000:.0f} ms "
               f"({r['readers_failed']} failed) |")
 

@@ -15,11 +15,13 @@ import java.time.temporal.ChronoUnit;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.Map;
+import java.util.UUID;
 import java.util.concurrent.ExecutorService;
 import org.apache.iceberg.DataFile;
 import org.apache.iceberg.FileFormat;
 import org.apache.iceberg.OverwriteFiles;
 import org.apache.iceberg.Schema;
+import org.apache.iceberg.Snapshot;
 import org.apache.iceberg.Table;
 import org.apache.iceberg.data.GenericAppenderFactory;
 import org.apache.iceberg.data.GenericRecord;
@@ -50,6 +52,8 @@ import org.apache.iceberg.types.Types;
 public final class SmallTables {
     private static final ObjectMapper JSON = new ObjectMapper();
     private static final OffsetDateTime EPOCH = Instant.EPOCH.atOffset(ZoneOffset.UTC);
+    /** Snapshot-summary key of {@link #replace}'s commits: a random token per commit. */
+    static final String WRITE_ID = "tierlake.write-id";
 
     /**
      * Where a commit reads and writes its manifests: the calling thread. Iceberg's
@@ -124,8 +128,12 @@ public final class SmallTables {
      * Replace every row of {@code table} with {@code json} (a JSON array), in
      * one commit that fails if the table changed since {@code base} (no
      * check when {@code base} is negative: the table had no snapshot).
+     *
+     * <p>Returns the id of the snapshot the commit made (-1 if it cannot be
+     * found): that snapshot holds exactly these rows, so the caller may serve
+     * them from memory while it is the current one.
      */
-    public static void replace(Table table, String json, long base) throws IOException {
+    public static long replace(Table table, String json, long base) throws IOException {
         DataFile file = write(table, json);
         OverwriteFiles overwrite = table.newOverwrite().overwriteByRowFilter(Expressions.alwaysTrue())
                 .scanManifestsWith(IN_CALLER);
@@ -138,7 +146,19 @@ public final class SmallTables {
                     .validateNoConflictingData()
                     .validateNoConflictingDeletes();
         }
+        // Iceberg may retry the commit on a newer base, and the table object
+        // refreshes after it (another commit may already follow): the id is
+        // found by a token in the snapshot's summary, not by "the current one".
+        String token = UUID.randomUUID().toString();
+        overwrite.set(WRITE_ID, token);
         overwrite.commit();
+        long committed = -1;
+        for (Snapshot snapshot : table.snapshots()) {
+            if (token.equals(snapshot.summary().get(WRITE_ID))) {
+                committed = snapshot.snapshotId();
+            }
+        }
+        return committed;
     }
 
     /** Append {@code json} (a JSON array) to {@code table} in one commit. */

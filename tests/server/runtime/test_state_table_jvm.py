@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from tierlake.server.runtime import state_table
 from tierlake.server.runtime.state_table import SmallTable, is_conflict
 
 pytestmark = pytest.mark.integration
@@ -65,3 +66,31 @@ def test_replace_is_validated_from_its_base(spark, table):
     # The retry loop recomputes from fresh rows and commits.
     assert b.update(lambda rows: (rows.append(dict(ROWS[1])) or len(rows), True)) == 2
     assert by_id(a.load()[1]) == ROWS[:2]
+
+
+def test_a_commit_files_the_rows_a_read_of_its_snapshot_returns(spark, table):
+    """A replace through the JVM files its rows under the snapshot it made: the next
+    load (the coordinator's next heartbeat) reads no data file, and what it is served
+    is what a read of that snapshot returns."""
+    writer = SmallTable(spark, table)
+    writer.append(ROWS)
+    base, _ = writer.load()
+    writer.replace(ROWS[::-1], base)
+    filed = state_table._ROWS[table][0]
+    snap, served = SmallTable(spark, table).load()
+    assert filed == snap != base, "the commit should file its rows under the snapshot it made"
+    assert served == ROWS[::-1]
+    state_table._ROWS.clear()
+    assert SmallTable(spark, table).load() == (snap, served)  # read from the data file this time
+
+
+def test_a_commit_made_elsewhere_is_read_not_served_from_memory(spark, table):
+    mine = SmallTable(spark, table)
+    mine.append(ROWS[:1])
+    base, _ = mine.load()
+    mine.replace(ROWS[:2], base)
+    spark.sql(f"DELETE FROM {table} WHERE id = 1")  # Spark's own commit: a snapshot nobody filed
+    assert [r["id"] for r in mine.load()[1]] == [2]
+    served = mine.load()[1]
+    served[0]["props"] = {"changed": "by the caller"}  # callers get copies
+    assert mine.load()[1][0]["props"] is None
