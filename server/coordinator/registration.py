@@ -149,7 +149,7 @@ def registered_record(spark: Any, table_id: int) -> tuple[int | None, str | None
     return None
 
 
-_state_tables: dict[int, SmallTable] = {}  # one reader per Spark session (it caches the rows of a snapshot)
+_state_tables: dict[int, SmallTable] = {}  # one reader per Spark session: its schema (rows are cached process-wide)
 
 
 def unregister_table(ctx: Context, path: TablePath) -> TableState:
