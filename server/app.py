@@ -14,6 +14,8 @@ from tierlake.server.changelog import fresh_view
 from tierlake.server.coordinator.coordinator import Coordinator
 from tierlake.server.exceptions import ConfigError
 from tierlake.server.gateway.handler import CallHandler
+from tierlake.server.gateway.ingest import IngestHandler
+from tierlake.server.ingest.writer import StreamWriter
 from tierlake.server.runtime import functions as sql_functions
 from tierlake.server.runtime import migrations
 from tierlake.server.runtime.config import Config
@@ -190,10 +192,12 @@ class Server:
         """CALLs and tiered DDL, behind the gateway's cache of sys reads."""
         from tierlake.server.gateway.sys_reads import SysReads
 
-        return SysReads(CallHandler(self.registry, self.context), lambda: self.spark,
-                        lambda: ("127.0.0.1", self.thrift_port, self.internal_secret),
-                        max_age_s=self.config.duration("tierlake.gateway.status-cache.max-age").total_seconds(),
-                        enabled=self.config.flag("tierlake.gateway.status-cache"))
+        reads = SysReads(CallHandler(self.registry, self.context), lambda: self.spark,
+                         lambda: ("127.0.0.1", self.thrift_port, self.internal_secret),
+                         max_age_s=self.config.duration("tierlake.gateway.status-cache.max-age").total_seconds(),
+                         enabled=self.config.flag("tierlake.gateway.status-cache"))
+        return IngestHandler(reads, lambda: self.gateway.authorizer.sessions if self.gateway else None,
+                             StreamWriter())
 
     def _session_opened(self, guid: bytes, secret: bytes) -> None:
         """Every JDBC session is its own SparkSession: give it the UDFs before its client can use it."""

@@ -242,3 +242,31 @@ class MaintenanceNotRunError(TierlakeError):
 
     sqlstate = "55000"
     error_code = 4006
+
+
+class WriteRefusedError(TierlakeError):
+    """An ``INSERT`` into a stream table whose rows break its rules; nothing is written."""
+
+    sqlstate = "22023"
+    error_code = 2200
+
+
+class InvalidChangeTypeError(WriteRefusedError):
+    """A ``_change_type`` outside ``+I -U +U -D NULL`` in an INSERT into a primary-key stream table."""
+
+    sqlstate = "22023"
+    error_code = 2201
+
+
+class NullKeyError(WriteRefusedError):
+    """A NULL primary-key column in an INSERT into a primary-key stream table."""
+
+    sqlstate = "23502"
+    error_code = 2202
+
+
+class WriteOutcomeUnknownError(TierlakeError):
+    """A stream-table commit whose outcome the metastore did not confirm: retry with the same request id."""
+
+    sqlstate = "40003"
+    error_code = 2203

@@ -186,7 +186,7 @@ SERVER_LAYERS: list[set[str]] = [
     {"exceptions"},
     {"runtime"},
     {"sqlapi", "catalog"},
-    {"clients", "changelog", "coordinator"},
+    {"clients", "changelog", "coordinator", "ingest"},
     {"kv", "quality"},
     {"tiering"},
     {"gateway"},

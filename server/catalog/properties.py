@@ -68,6 +68,8 @@ TIERING_EPOCH = "tiering.epoch"
 TIERING_JOB_ID = "tiering.job-id"
 COMMIT_USER = "commit-user"
 MAINTENANCE = "tierlake.maintenance"
+# Also the session setting that names a client's next write (docs/ingest.md).
+WRITE_REQUEST_ID = "tierlake.write.request-id"
 KV_POSITION = "tierlake.kv.log-position"
 KV_STREAM_SNAPSHOT = "tierlake.kv.stream-snapshot-id"
 
@@ -181,6 +183,9 @@ COMMIT_PROPERTIES: tuple[Property, ...] = (
     Property(COMMIT_USER, None, "str", "who committed (tierlake's tiering)", table="lake", internal=True),
     Property(MAINTENANCE, None, "str", "the maintenance that made this commit (e.g. `log-retention`)",
              table="stream", internal=True),
+    Property(WRITE_REQUEST_ID, None, "str", "the request ids (`tierlake.write.request-id`, one per line) of the "
+             "INSERTs this stream snapshot committed: a write with one of them again writes nothing "
+             "([ingest.md](ingest.md))", table="stream", internal=True),
     Property(KV_POSITION, None, "position", "the stream position a KV snapshot covers", table="kv", internal=True),
     Property(KV_STREAM_SNAPSHOT, None, "int", "the stream snapshot at that position", table="kv", internal=True),
 )

@@ -57,10 +57,21 @@ def create_lake_table(spark: Any, stream: TablePath, lake: TablePath, columns: l
     field_ids.record(spark, stream, name, [c.name for c in data_columns(columns)])
 
 
+# Another application's commit to a stream table (Spark with Hive locks, a
+# streaming job) competes with the server's group commits, several a second
+# under load: an attempt loses if a group lands between its refresh and its
+# compare-and-set. The embedded metastore then holds the server's commits of
+# that table back until the retry lands (StreamIngest.java); Iceberg reads the
+# retry count from the table, and this gives every writer a few more turns.
+STREAM_COMMIT_PROPERTIES = {"commit.retry.num-retries": "10"}
+
+
 def stream_properties(properties: dict[str, str], lake: TablePath) -> dict[str, str]:
     props = dict(properties)
     props.setdefault(FORMAT_VERSION, "2")
     for key, value in METADATA_PROPERTIES.items():  # users' one-row INSERTs leave no metadata.json each
+        props.setdefault(key, value)
+    for key, value in STREAM_COMMIT_PROPERTIES.items():
         props.setdefault(key, value)
     props[LAKE_TABLE_PROPERTY] = str(lake)
     return props

@@ -28,6 +28,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from tierlake.server.catalog.properties import WRITE_REQUEST_ID
 from tierlake.server.exceptions import PermissionDeniedError, SqlSyntaxError
 from tierlake.server.sqlapi import roles as R
 
@@ -84,6 +85,9 @@ READER_SETTINGS = frozenset({
     "spark.sql.execution.arrow.pyspark.enabled", "spark.sql.storeassignmentpolicy",
     "spark.sql.iceberg.vectorization.enabled", "spark.sql.result.rows.limit",
 })
+# Session settings a writer may change: the request id of its next write to a
+# stream table (server/ingest/writer.py).
+WRITER_SETTINGS = frozenset({WRITE_REQUEST_ID})
 # Never changed by anyone: Spark would substitute ${…} in statement text
 # after the gateway authorised it.
 FORBIDDEN_SETTINGS = frozenset({"spark.sql.variable.substitute", "spark.sql.variable.substitute.depth"})
@@ -116,6 +120,9 @@ class Plan:
     """A flattened unresolved plan: nodes by id, 0 is the root."""
 
     nodes: dict[int, Node]
+    # Spark's parsed plan itself (a py4j proxy): the INSERT path analyses the
+    # very plan that was authorised instead of parsing the text again.
+    java: Any = field(default=None, compare=False, repr=False)
 
     @property
     def root(self) -> Node:
@@ -192,9 +199,11 @@ def parse_plan(jsession: Any, text: str, max_nodes: int = MAX_PLAN_NODES) -> Pla
             raise SqlSyntaxError(str(exc).strip()) from None
         raise
     try:
-        return decode(SparkContext._jvm.io.tierlake.internal.PlanWalker.describe(jplan, max_nodes))
+        plan = decode(SparkContext._jvm.io.tierlake.internal.PlanWalker.describe(jplan, max_nodes))
     except (CapturedException, Py4JJavaError) as exc:
         raise PermissionDeniedError(f"permission denied: the statement's plan cannot be checked ({exc})") from None
+    plan.java = jplan
+    return plan
 
 
 _recent = threading.local()
@@ -270,6 +279,8 @@ def setting_requirement(key: str | None, value: str | None) -> Requirement:
         return Requirement(NOBODY, f"SET {key} (variable substitution stays off)")
     if key in READER_SETTINGS:
         return Requirement(R.READER, "SET")
+    if key in WRITER_SETTINGS:
+        return Requirement(R.WRITER, f"SET {key}")
     return Requirement(R.ADMIN, f"SET {key}")
 
 

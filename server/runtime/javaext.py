@@ -13,12 +13,21 @@ jar in jars.py. They go on the driver's class path:
   their data files into the lake, without a Spark job
   (server/changelog/file_copy.py), and lists the data files of a
   primary-key chunk from the manifests (server/changelog/lake_write.py);
+- ``io.tierlake.internal.StreamIngest`` stages and commits INSERTs into
+  stream tables: values written without a Spark job, one committer per
+  table, group commit, request ids (server/ingest/writer.py);
 - ``io.tierlake.internal.LocalFileSystem`` is ``file:`` without a forked
   ``chmod`` per created file (``spark.hadoop.fs.file.impl`` of local masters);
 - ``io.tierlake.internal.CasAlterHandler`` is the embedded metastore's
   ``alter_table``: an Iceberg commit lands only on the metadata it was based
   on (compare-and-set), so Iceberg needs no metastore locks
   (runtime/session.py);
+- ``io.tierlake.internal.CachingObjectStore`` is the embedded metastore's
+  ``RawStore``: ``getTable`` from memory while the table's row is unchanged
+  (runtime/session.py);
+- ``org.apache.hadoop.hive.metastore.txn.TierlakeTxnHandler`` is the embedded
+  metastore's lock store: a lock request of another application pauses the
+  server's stream committers of that table until its commit lands;
 - ``io.tierlake.internal.IncrementalCatalog`` is the read-only catalog
   ``tierlake_inc`` whose ``<db>.<table>.after_<snapshot>`` is an incremental
   (append) read of a stream table, the stream part of a fresh view
@@ -48,10 +57,14 @@ PLAN_WALKER = "io.tierlake.internal.PlanWalker"
 SECRET_AUTHENTICATOR = "io.tierlake.internal.SecretAuthenticator"
 SMALL_TABLES = "io.tierlake.internal.SmallTables"
 LAKE_FILES = "io.tierlake.internal.LakeFiles"
-ICEBERG_SOURCES = {"SmallTables.java", "LakeFiles.java"}  # compiled against the Iceberg runtime jar
+STREAM_INGEST = "io.tierlake.internal.StreamIngest"
+# Compiled against the Iceberg runtime jar (left out when it is missing).
+ICEBERG_SOURCES = {"SmallTables.java", "LakeFiles.java", "StreamIngest.java"}
 LOCAL_FILE_SYSTEM = "io.tierlake.internal.LocalFileSystem"
 INCREMENTAL_CATALOG = "io.tierlake.internal.IncrementalCatalog"
 CAS_ALTER_HANDLER = "io.tierlake.internal.CasAlterHandler"
+CACHING_OBJECT_STORE = "io.tierlake.internal.CachingObjectStore"
+TXN_HANDLER = "org.apache.hadoop.hive.metastore.txn.TierlakeTxnHandler"
 INCREMENTAL_CATALOG_NAME = "tierlake_inc"  # spark.sql.catalog.<this>, set by runtime/session.py
 
 

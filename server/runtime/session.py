@@ -20,11 +20,13 @@ from tierlake.server.exceptions import HomeInUseError, MigrationError
 from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.jars import resolve_iceberg_jars
 from tierlake.server.runtime.javaext import (
+    CACHING_OBJECT_STORE,
     CAS_ALTER_HANDLER,
     INCREMENTAL_CATALOG,
     INCREMENTAL_CATALOG_NAME,
     LOCAL_FILE_SYSTEM,
     SECRET_AUTHENTICATOR,
+    TXN_HANDLER,
     internal_jar,
 )
 from tierlake.server.runtime.jvm import jclass
@@ -93,6 +95,13 @@ def fair_scheduler_file(home: Path) -> Path:
     return path
 
 
+def embedded_metastore(db, user_conf: dict[str, str]) -> bool:
+    """The metastore's code runs in this JVM and nowhere else: embedded Derby,
+    and no remote metastore service named (``hive.metastore.uris``)."""
+    uris = user_conf.get("spark.hadoop.hive.metastore.uris") or user_conf.get("hive.metastore.uris")
+    return not db.shared and not (uris or "").strip()
+
+
 def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
     """Every Spark setting of the server, user settings last (they win)."""
     home = config.home
@@ -148,15 +157,20 @@ def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
     ]
     db = metastore_db(config)
     settings.update(db.spark_settings())
-    if not db.shared:
+    user = config.spark_conf()
+    if embedded_metastore(db, user):
         # Embedded Derby: every metastore call runs in this JVM, where
         # CasAlterHandler.java makes an Iceberg commit's alter_table a
         # compare-and-set on metadata_location; Iceberg then skips the metastore
         # locks, whose statements Derby compiled anew each time (a third of a
-        # commit's CPU). A shared PostgreSQL metastore keeps Iceberg's locks.
+        # commit's CPU), and CachingObjectStore.java answers getTable from
+        # memory while the row is unchanged. A shared PostgreSQL metastore, or a
+        # remote metastore service (hive.metastore.uris), runs none of this code
+        # where the commits land: Iceberg keeps its locks there.
         settings["spark.hadoop.hive.metastore.alter.impl"] = CAS_ALTER_HANDLER
+        settings["spark.hadoop.hive.metastore.rawstore.impl"] = CACHING_OBJECT_STORE
+        settings["spark.hadoop.hive.metastore.txn.store.impl"] = TXN_HANDLER
         settings["spark.hadoop.iceberg.engine.hive.lock-enabled"] = "false"
-    user = config.spark_conf()
     # The metastore's JDBC driver is needed by the driver JVM only (Hive's
     # metastore code runs there), and before any SQL: the class path.
     classpath = list(db.jars) + [str(internal_jar(home))]

@@ -41,16 +41,43 @@ public class CasAlterHandler extends HiveAlterHandler {
     static final String PREVIOUS = "previous_metadata_location";
     static final String EXPECTED_KEY = "expected_parameter_key";
     static final String EXPECTED_VALUE = "expected_parameter_value";
+    /**
+     * Tables ({@code db.table}) another application (one that takes Hive locks:
+     * Spark elsewhere, a tiering service) is committing to (its lock request,
+     * TierlakeTxnHandler.java) or whose commit was just refused, with the time
+     * until which the server's stream committers hold back
+     * (StreamIngest.java): Iceberg retries such a commit after a back-off
+     * (100 ms, then doubling) from a fresh read of the table, and under steady
+     * ingest a group commit would land in between every time.
+     */
+    static final Map<String, Long> FOREIGN_WAITING = new java.util.concurrent.ConcurrentHashMap<>();
+    static final long FOREIGN_PAUSE_MS = 1500;
+    static final java.util.concurrent.atomic.AtomicLong FOREIGN_LOCKS = new java.util.concurrent.atomic.AtomicLong();
+
+    /** Lock requests of other applications seen so far (tests). */
+    public static long foreignLocks() {
+        return FOREIGN_LOCKS.get();
+    }
 
     // HiveAlterHandler's overload without the handler calls this one (a virtual call): both are covered.
     @Override
     public void alterTable(RawStore msdb, Warehouse wh, String dbname, String name, Table newt,
                            EnvironmentContext context, HiveMetaStore.HMSHandler handler)
             throws InvalidOperationException, MetaException {
+        boolean locking;
         synchronized (monitor(dbname, name)) {
-            check(msdb, dbname, name, newt, context);
+            locking = check(msdb, dbname, name, newt, context);
             super.alterTable(msdb, wh, dbname, name, newt, context, handler);
         }
+        if (locking && !FOREIGN_WAITING.isEmpty()) {
+            FOREIGN_WAITING.remove(CachingObjectStore.key(dbname, name));  // its commit landed
+        }
+    }
+
+    /** Another application locks {@code db.table} to commit: the server's stream committers pause. */
+    public static void foreignCommitStarting(String dbname, String name) {
+        FOREIGN_LOCKS.incrementAndGet();
+        FOREIGN_WAITING.put(CachingObjectStore.key(dbname, name), System.currentTimeMillis() + FOREIGN_PAUSE_MS);
     }
 
     static Object monitor(String dbname, String name) {
@@ -58,35 +85,50 @@ public class CasAlterHandler extends HiveAlterHandler {
                 + name.toLowerCase(Locale.ROOT)).intern();
     }
 
-    private static void check(RawStore msdb, String dbname, String name, Table newt, EnvironmentContext context)
+    /** Refuses a stale alter; true for a locking client's commit that may land. */
+    private static boolean check(RawStore msdb, String dbname, String name, Table newt, EnvironmentContext context)
             throws MetaException {
         Map<String, String> props = context == null ? null : context.getProperties();
         Map<String, String> params = newt.getParameters();
         String key;
         String expected;
+        boolean locking = false;
         if (props != null && props.get(EXPECTED_KEY) != null) {
             key = props.get(EXPECTED_KEY);
             expected = props.get(EXPECTED_VALUE);
         } else if (params != null && params.get(LOCATION) != null && params.get(PREVIOUS) != null) {
             key = LOCATION;
             expected = params.get(PREVIOUS);
+            locking = true;
         } else {
-            return;
+            return false;
         }
-        Table current = msdb.getTable(dbname, name);
+        Table current;
+        CachingObjectStore.BYPASS.set(Boolean.TRUE);  // the compare reads the database, never a cached copy
+        try {
+            current = msdb.getTable(dbname, name);
+        } finally {
+            CachingObjectStore.BYPASS.set(Boolean.FALSE);
+        }
         String actual = current == null || current.getParameters() == null ? null : current.getParameters().get(key);
         if (params != null && Objects.equals(actual, params.get(key))) {
             // Nothing moves: a rename or a property change that keeps the metadata, or this very
             // commit sent again (the metastore retries a call that failed in Derby; metadata file
             // names are unique, so only the same commit can carry the same location).
-            return;
+            return false;
         }
         if (!Objects.equals(expected, actual)) {
+            if (locking) {
+                // Another application (it locks: Spark elsewhere, a tiering service) lost
+                // the race to the server's group commits: they pause so its retry lands.
+                foreignCommitStarting(dbname, name);
+            }
             // Iceberg's HiveTableOperations turns exactly this message into a CommitFailedException
             // (it retries on the refreshed metadata), as it does for a Hive 4 metastore's.
             throw new MetaException(String.format(
                     "The table has been modified. The parameter value for key '%s' is '%s'. The expected was value was '%s'",
                     key, actual, expected));
         }
+        return locking;
     }
 }

@@ -147,3 +147,19 @@ def test_table_property_defaults_resolve_settings_and_fallbacks():
     assert properties.read({}, properties.MAX_ROUND).total_seconds() == 60
     assert properties.read({properties.FRESHNESS_PROPERTY: "5 s"}, properties.MAX_ROUND).total_seconds() == 5
     assert properties.read({}, properties.LOG_TTL) is None
+
+
+def test_only_an_embedded_metastore_gets_the_lock_free_commit_path():
+    """CasAlterHandler, CachingObjectStore and TierlakeTxnHandler run only where
+    the metastore's code runs in this JVM: not for PostgreSQL, not for a remote
+    metastore service (a stock Hive metastore would lose commits lock-free)."""
+    from types import SimpleNamespace
+
+    from tierlake.server.runtime.session import embedded_metastore
+
+    derby, postgres = SimpleNamespace(shared=False), SimpleNamespace(shared=True)
+    assert embedded_metastore(derby, {}) is True
+    assert embedded_metastore(derby, {"spark.hadoop.hive.metastore.uris": "thrift://127.0.0.1:9083"}) is False
+    assert embedded_metastore(derby, {"hive.metastore.uris": "thrift://h:9083"}) is False
+    assert embedded_metastore(derby, {"spark.hadoop.hive.metastore.uris": " "}) is True
+    assert embedded_metastore(postgres, {}) is False

@@ -1,0 +1,160 @@
+"""The write path of stream tables (docs/ingest.md).
+
+``INSERT INTO`` a stream table arrives at the gateway, which hands it here
+instead of relaying it to Spark's Thrift Server:
+
+1. :meth:`StreamWriter.stage` — Spark parses and analyses the statement in
+   the client's own session (its current database, temporary views and
+   settings): Spark decides the table, the columns, the types and the casts.
+   Anything that is not an append into a table with
+   ``table.datalake.enabled`` is left to Spark as before.
+2. :meth:`StreamWriter.write` — a primary-key table's rows are checked
+   (change types, NULL keys) and refused with a clear error before anything
+   is written; the statement is committed by the table's committer
+   (``runtime/java/StreamIngest.java``): plain values without a Spark job,
+   grouped with the other statements waiting for the same table into one
+   Iceberg transaction; a query as a Spark job holding the table's commit
+   lock. The call returns once the commit holding the rows landed.
+
+A write tagged with the session setting ``tierlake.write.request-id``
+writes nothing if that id is already in one of the table's snapshots; the
+setting is cleared once a write used it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from tierlake.server.catalog.properties import WRITE_REQUEST_ID
+from tierlake.server.catalog.spec import CHANGE_TYPE, CHANGE_TYPES, TieredSpec
+from tierlake.server.exceptions import (
+    InvalidArgumentError,
+    InvalidChangeTypeError,
+    NullKeyError,
+    WriteOutcomeUnknownError,
+)
+from tierlake.server.runtime.javaext import STREAM_INGEST
+from tierlake.server.runtime.jvm import jclass
+
+log = logging.getLogger("tierlake.ingest")
+
+REQUEST_ID = WRITE_REQUEST_ID
+MAX_REQUEST_ID = 256
+# Prefixes of the errors a query's checks raise inside Spark (raise_error):
+# found again in Spark's exception text to give the client the typed error.
+_BAD_CHANGE = "tierlake: bad _change_type: "
+_NULL_KEY = "tierlake: NULL key: "
+ALLOWED = ", ".join(CHANGE_TYPES) + " or NULL (upsert)"
+
+
+@dataclass
+class Staged:
+    """An analysed INSERT into a stream table, not yet written."""
+
+    jstaged: Any
+    table: str  # as the catalog names it (``spark_catalog.shop.orders``)
+    spec: TieredSpec
+    local: bool  # plain values: written without a Spark job
+    rows: int  # rows of a local statement, -1 for a query
+    request_id: str | None  # the session's tierlake.write.request-id
+
+    @property
+    def short_name(self) -> str:
+        parts = self.table.split(".")
+        return ".".join(parts[-2:])
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    rows: int  # rows written; 0 for a query (Spark does not count them here) or a duplicate
+    duplicate: bool  # the request id was already committed: nothing written
+
+
+def check_request_id(value: str | None) -> None:
+    if value is not None and (len(value) > MAX_REQUEST_ID or any(ord(ch) < 32 for ch in value)):
+        raise InvalidArgumentError(
+            f"{REQUEST_ID} must be at most {MAX_REQUEST_ID} characters with no control characters; "
+            f"got {len(value)} characters")
+
+
+class StreamWriter:
+    """Stages and commits INSERTs into stream tables (one per process).
+
+    Two JVM calls per statement besides the analysis: ``describe`` and
+    ``commit`` (checks, request id, write and commit happen in the JVM)."""
+
+    def __init__(self, jvm: Any = None):
+        self._jvm = jvm
+        self._specs: dict[str, TieredSpec] = {}
+
+    def _ingest(self) -> Any:
+        return jclass(STREAM_INGEST, self._jvm)
+
+    def stage(self, jsession: Any, statement: str, parsed: Any = None) -> Staged | None:
+        """Spark's analysis of ``statement`` in ``jsession`` (``parsed``: Spark's
+        parse of it, when the authoriser already made it); None unless it
+        appends to a stream table. Spark's own errors propagate."""
+        ingest = self._ingest()
+        jstaged = ingest.stage(jsession, statement) if parsed is None else ingest.stageParsed(jsession, parsed)
+        if jstaged is None:
+            return None
+        described = json.loads(str(jstaged.describe()))
+        properties = described["properties"]
+        cache_key = json.dumps(properties, sort_keys=True)
+        spec = self._specs.get(cache_key)
+        if spec is None:
+            spec = TieredSpec.from_properties({str(k): str(v) for k, v in properties.items()})
+            if len(self._specs) > 1024:
+                self._specs.clear()
+            self._specs[cache_key] = spec
+        return Staged(jstaged, described["name"], spec, bool(described["local"]), int(described["rows"]),
+                      described["requestId"])
+
+    def write(self, staged: Staged) -> WriteResult:
+        """Check and commit ``staged``; returns once its commit landed."""
+        check_request_id(staged.request_id)
+        spec = staged.spec
+        name = staged.short_name
+        try:
+            outcome = str(staged.jstaged.commit(
+                CHANGE_TYPE if spec.is_primary_key else None, "\n".join(spec.primary_key),
+                f"{_BAD_CHANGE}INSERT into {name} refused: a row has a _change_type outside {ALLOWED}: ",
+                f"{_NULL_KEY}INSERT into {name} refused: a row has a NULL key column "
+                f"({', '.join(spec.primary_key)}); key columns must not be NULL"))
+        except Exception as e:
+            raise self._typed(e, name) from e
+        kind, _, detail = outcome.partition("\t")
+        if kind == "ok":
+            return WriteResult(int(detail), False)
+        if kind == "duplicate":
+            log.debug("INSERT into %s with request id %r: already committed, nothing written", name,
+                      staged.request_id)
+            return WriteResult(0, True)
+        count, _, value = detail.partition("\t")
+        if kind == "change_type":
+            raise InvalidChangeTypeError(
+                f"INSERT into {name} refused: {count} row(s) with a _change_type outside {ALLOWED}: {value}. "
+                "Nothing was written")
+        raise NullKeyError(
+            f"INSERT into {name} refused: {count} row(s) with a NULL key column "
+            f"({', '.join(spec.primary_key)}); key columns must not be NULL. Nothing was written")
+
+    @staticmethod
+    def _typed(e: Exception, name: str) -> Exception:
+        text = str(e)
+        for marker, cls in ((_BAD_CHANGE, InvalidChangeTypeError), (_NULL_KEY, NullKeyError)):
+            at = text.find(marker)
+            if at >= 0:
+                line = text[at + len(marker):].splitlines()[0]
+                return cls(f"{line.rstrip(' .')}. Nothing was written")
+        if "CommitStateUnknownException" in text:
+            return WriteOutcomeUnknownError(
+                f"INSERT into {name}: the metastore did not confirm the commit, so it may or may not have "
+                f"landed; send it again with the same {REQUEST_ID} to be sure it lands exactly once")
+        return e
+
+    def counters(self) -> dict[str, int]:
+        return json.loads(str(self._ingest().counters()))

@@ -1,0 +1,865 @@
+package io.tierlake.internal;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.math.BigDecimal;
+import java.nio.ByteBuffer;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Set;
+import java.util.UUID;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.ReentrantLock;
+import org.apache.iceberg.AppendFiles;
+import org.apache.iceberg.DataFile;
+import org.apache.iceberg.FileFormat;
+import org.apache.iceberg.HasTableOperations;
+import org.apache.iceberg.MetricsConfig;
+import org.apache.iceberg.PartitionField;
+import org.apache.iceberg.PartitionKey;
+import org.apache.iceberg.PartitionSpec;
+import org.apache.iceberg.Schema;
+import org.apache.iceberg.Snapshot;
+import org.apache.iceberg.StructLike;
+import org.apache.iceberg.Table;
+import org.apache.iceberg.TableMetadata;
+import org.apache.iceberg.TableProperties;
+import org.apache.iceberg.Transaction;
+import org.apache.iceberg.encryption.EncryptedOutputFile;
+import org.apache.iceberg.exceptions.CommitStateUnknownException;
+import org.apache.iceberg.io.DataWriter;
+import org.apache.iceberg.io.OutputFileFactory;
+import org.apache.iceberg.parquet.Parquet;
+import org.apache.iceberg.spark.CommitMetadata;
+import org.apache.iceberg.spark.SparkSchemaUtil;
+import org.apache.iceberg.spark.data.SparkParquetWriters;
+import org.apache.iceberg.spark.source.SparkTable;
+import org.apache.iceberg.types.Type;
+import org.apache.iceberg.types.Types;
+import org.apache.spark.sql.Column;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.objects.AssertNotNull;
+import org.apache.spark.sql.catalyst.plans.logical.AppendData;
+import org.apache.spark.sql.catalyst.plans.logical.InsertIntoStatement;
+import org.apache.spark.sql.catalyst.plans.logical.LocalRelation;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.execution.CommandExecutionMode;
+import org.apache.spark.sql.execution.QueryExecution;
+import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
+import org.apache.spark.sql.functions;
+import org.apache.spark.sql.internal.SessionState;
+import org.apache.spark.sql.types.StructType;
+import scala.runtime.AbstractPartialFunction;
+
+/**
+ * The write path of stream tables (server/ingest/): an {@code INSERT} is
+ * analysed by Spark in the client's own session (Spark decides the table,
+ * the columns, the types and the casts), checked (change types, NULL keys),
+ * and committed by the table's one {@link Committer}, so concurrent writers
+ * of one table never race each other for its metadata.
+ *
+ * <p>A statement whose rows Spark's optimizer folds into a local relation
+ * (plain {@code VALUES}, literals, casts) is written here without a Spark
+ * job: its rows go to Parquet data files through Iceberg's Spark value
+ * writers, in the calling thread, and its files join the table's commit
+ * queue. Whoever holds the table's lock commits everything queued in one
+ * Iceberg {@link Transaction}: one snapshot per statement (commit order
+ * stays the changelog order), one metadata commit for all of them (group
+ * commit). A statement returns only once the commit holding it landed.
+ *
+ * <p>Any other INSERT (a query) runs as a Spark job while holding the
+ * table's lock, after the queue is drained, with the same checks added to
+ * its plan ({@code raise_error}).
+ *
+ * <p>A write may carry a request id (snapshot-summary key
+ * {@link #REQUEST_ID}): a request id already in one of the table's
+ * snapshots is acknowledged again and writes nothing.
+ */
+public final class StreamIngest {
+    /** Snapshot-summary key naming the client's request id of a write. */
+    public static final String REQUEST_ID = "tierlake.write.request-id";
+    private static final Map<String, Committer> COMMITTERS = new ConcurrentHashMap<>();
+    private static final AtomicLong TASK_IDS = new AtomicLong();
+    /** Counters for the ingest benchmark and metrics: statements, groups, rows. */
+    public static final AtomicLong STATEMENTS = new AtomicLong();
+    public static final AtomicLong GROUPS = new AtomicLong();
+    public static final AtomicLong ROWS = new AtomicLong();
+    private static final com.fasterxml.jackson.databind.ObjectMapper JSON =
+            new com.fasterxml.jackson.databind.ObjectMapper();
+
+    private StreamIngest() {}
+
+    /** Hold back while another application's commit to {@code table} is retrying. */
+    static void yieldToForeignCommits(Table table) {
+        if (CasAlterHandler.FOREIGN_WAITING.isEmpty()) {
+            return;
+        }
+        String[] parts = table.name().split("\\.");
+        if (parts.length < 2) {
+            return;
+        }
+        String key = CachingObjectStore.key(parts[parts.length - 2], parts[parts.length - 1]);
+        try {
+            for (Long until = CasAlterHandler.FOREIGN_WAITING.get(key);
+                 until != null && System.currentTimeMillis() < until; until = CasAlterHandler.FOREIGN_WAITING.get(key)) {
+                Thread.sleep(10);
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        CasAlterHandler.FOREIGN_WAITING.remove(key);
+    }
+
+    /**
+     * Analyse {@code statement} in {@code session}: null unless it is an
+     * {@code INSERT INTO} (an append) into an Iceberg table with the table
+     * property {@code table.datalake.enabled=true}. Spark's analysis errors
+     * (unknown table or column, a bad cast) are thrown as Spark throws them.
+     */
+    public static Staged stage(SparkSession session, String statement) throws Exception {
+        return stageParsed(session, session.sessionState().sqlParser().parsePlan(statement));
+    }
+
+    /** {@link #stage} of a statement Spark already parsed (the gateway's authoriser did). */
+    public static Staged stageParsed(SparkSession session, LogicalPlan parsed) {
+        SessionState state = session.sessionState();
+        if (!(parsed instanceof InsertIntoStatement)) {
+            return null;
+        }
+        LogicalPlan analyzed = state.executePlan(parsed, CommandExecutionMode.SKIP()).analyzed();
+        if (!(analyzed instanceof AppendData)) {
+            return null;
+        }
+        AppendData append = (AppendData) analyzed;
+        if (!(append.table() instanceof DataSourceV2Relation)) {
+            return null;
+        }
+        Object target = ((DataSourceV2Relation) append.table()).table();
+        if (!(target instanceof SparkTable)) {
+            return null;
+        }
+        SparkTable sparkTable = (SparkTable) target;
+        if (sparkTable.snapshotId() != null || sparkTable.branch() != null) {
+            return null;
+        }
+        Table table = sparkTable.table();
+        if (!"true".equalsIgnoreCase(table.properties().get("table.datalake.enabled"))) {
+            return null;
+        }
+        return new Staged(session, append, table);
+    }
+
+    /** Process-wide counters as a JSON object (statements, groups, rows). */
+    public static String counters() {
+        return "{\"statements\":" + STATEMENTS.get() + ",\"groups\":" + GROUPS.get() + ",\"rows\":"
+                + ROWS.get() + "}";
+    }
+
+    /** One analysed INSERT into a stream table, not yet written. */
+    public static final class Staged {
+        private final SparkSession session;
+        private final AppendData append;
+        private final Table table;
+        private final LogicalPlan query;
+        private final List<InternalRow> rows;
+        private final String requestId;
+
+        Staged(SparkSession session, AppendData append, Table table) {
+            this.session = session;
+            this.append = append;
+            this.table = table;
+            String id = session.sessionState().conf().getConfString(REQUEST_ID, null);
+            this.requestId = id == null || id.isEmpty() ? null : id;
+            // Spark adds AssertNotNull for NOT NULL key columns; the checks
+            // below report NULL keys with their count instead of its error.
+            this.query = stripAssertNotNull(append.query());
+            this.rows = writable(table) ? localRows(session, query) : null;
+        }
+
+        /**
+         * One JSON object: {@code name} ({@code catalog.db.table}), {@code properties},
+         * {@code local} (values written without a Spark job), {@code rows} (-1 for a
+         * query) and {@code requestId} (the session's {@value #REQUEST_ID}, or null).
+         */
+        public String describe() throws com.fasterxml.jackson.core.JsonProcessingException {
+            Map<String, Object> out = new LinkedHashMap<>();
+            out.put("name", table.name());
+            out.put("properties", table.properties());
+            out.put("local", rows != null);
+            out.put("rows", rows == null ? -1 : rows.size());
+            out.put("requestId", requestId);
+            return JSON.writeValueAsString(out);
+        }
+
+        /**
+         * The first violation of a primary-key table's rules among local rows
+         * as a message, or null: change types outside {@code +I -U +U -D NULL}
+         * and NULL keys. Queries are checked while they run.
+         */
+        public String check(String changeType, String keyNames) {
+            String[] keys = split(keyNames);
+            if (rows == null || (keys.length == 0 && changeType == null)) {
+                return null;
+            }
+            Schema schema = table.schema();
+            int[] keyPos = positions(schema, keys);
+            int ctPos = changeType == null ? -1 : position(schema, changeType);
+            long nullKeys = 0;
+            Map<String, Long> badTypes = new LinkedHashMap<>();
+            for (InternalRow row : rows) {
+                for (int k : keyPos) {
+                    if (row.isNullAt(k)) {
+                        nullKeys++;
+                        break;
+                    }
+                }
+                if (ctPos >= 0 && !row.isNullAt(ctPos)) {
+                    String value = row.getUTF8String(ctPos).toString();
+                    if (!VALID_CHANGE_TYPES.contains(value)) {
+                        badTypes.merge(value, 1L, Long::sum);
+                    }
+                }
+            }
+            if (!badTypes.isEmpty()) {
+                long total = 0;
+                StringBuilder detail = new StringBuilder();
+                int shown = 0;
+                for (Map.Entry<String, Long> e : badTypes.entrySet()) {
+                    total += e.getValue();
+                    if (shown++ < 5) {
+                        String v = e.getKey().length() > 40 ? e.getKey().substring(0, 40) + "…" : e.getKey();
+                        detail.append(detail.length() == 0 ? "" : ", ").append('\'').append(v).append("' (")
+                                .append(e.getValue()).append(e.getValue() == 1 ? " row)" : " rows)");
+                    }
+                }
+                if (badTypes.size() > 5) {
+                    detail.append(", and ").append(badTypes.size() - 5).append(" more values");
+                }
+                return "change_type\t" + total + "\t" + detail;
+            }
+            if (nullKeys > 0) {
+                return "null_key\t" + nullKeys + "\t";
+            }
+            return null;
+        }
+
+        /**
+         * Check, write and commit the statement; returns once its commit
+         * landed: {@code "ok\t<rows>"} (a query's rows are not counted: 0),
+         * {@code "duplicate"} when the session's request id is already
+         * committed to the table (nothing written), or the first violation
+         * of local rows ({@link #check}), nothing written. A query is
+         * checked while it runs: its first violation fails it with
+         * {@code nullKeyMessage} or {@code changeTypeMessage} (followed by
+         * the bad value). {@code keyNames}: the key columns, one per line.
+         */
+        public String commit(String changeType, String keyNames, String changeTypeMessage, String nullKeyMessage) {
+            String refused = check(changeType, keyNames);
+            if (refused != null) {
+                return refused;
+            }
+            long written = commitChecked(changeType, split(keyNames), changeTypeMessage, nullKeyMessage);
+            if (requestId != null) {
+                session.sessionState().conf().unsetConf(REQUEST_ID);  // one id names one write
+            }
+            return written < 0 ? "duplicate" : "ok\t" + written;
+        }
+
+        private long commitChecked(String changeType, String[] keys, String changeTypeMessage,
+                                   String nullKeyMessage) {
+            Committer committer = committer(table);
+            if (requestId != null && committer.committed(requestId)) {
+                return -1;
+            }
+            if (rows != null) {
+                Set<String> keySet = keys.length == 0 ? null : keyValues(table.schema(), rows, keys);
+                List<DataFile> files = write(table, rows);
+                return committer.commitFiles(new Pending(files, requestId, rows.size(), keySet), table);
+            }
+            LogicalPlan checked = checkedQuery(changeType, keys, changeTypeMessage, nullKeyMessage);
+            return committer.runQuery(() -> {
+                Map<String, String> props = requestId == null
+                        ? Collections.emptyMap() : Collections.singletonMap(REQUEST_ID, requestId);
+                CommitMetadata.withCommitProperties(props, () -> {
+                    Dataset.ofRows(session, append.withNewQuery(checked));
+                    return null;
+                }, RuntimeException.class);
+            }, requestId);
+        }
+
+        private LogicalPlan checkedQuery(String changeType, String[] keys, String changeTypeMessage,
+                                         String nullKeyMessage) {
+            Dataset<Row> df = Dataset.ofRows(session, query);
+            String[] names = df.columns();
+            Column[] columns = new Column[names.length];
+            Set<String> keySet = new HashSet<>();
+            for (String k : keys) {
+                keySet.add(k.toLowerCase(Locale.ROOT));
+            }
+            boolean changed = false;
+            for (int i = 0; i < names.length; i++) {
+                Column c = df.col("`" + names[i].replace("`", "``") + "`");
+                String lower = names[i].toLowerCase(Locale.ROOT);
+                if (keySet.contains(lower)) {
+                    c = functions.when(c.isNull(), functions.raise_error(functions.lit(nullKeyMessage)))
+                            .otherwise(c);
+                    changed = true;
+                } else if (changeType != null && lower.equals(changeType.toLowerCase(Locale.ROOT))) {
+                    c = functions.when(c.isNull().or(c.isin((Object[]) VALID_CHANGE_TYPES.toArray())), c)
+                            .otherwise(functions.raise_error(functions.concat(
+                                    functions.lit(changeTypeMessage), c)));
+                    changed = true;
+                }
+                columns[i] = c.as(names[i]);
+            }
+            return changed ? df.select(columns).logicalPlan() : append.query();
+        }
+    }
+
+    static final Set<String> VALID_CHANGE_TYPES = new HashSet<>(List.of("+I", "-U", "+U", "-D"));
+
+    private static final class Pending {
+        final List<DataFile> files;
+        final String requestId;
+        final long rows;
+        /** The statement's keys (primary-key tables), or null: statements with common keys need their own snapshots. */
+        final Set<String> keys;
+        volatile boolean done;
+        volatile long result;
+        volatile RuntimeException failure;
+
+        Pending(List<DataFile> files, String requestId, long rows, Set<String> keys) {
+            this.files = files;
+            this.requestId = requestId;
+            this.rows = rows;
+            this.keys = keys;
+        }
+    }
+
+    interface Body {
+        void run();
+    }
+
+    static Committer committer(Table table) {
+        return COMMITTERS.computeIfAbsent(table.uuid().toString(), k -> new Committer(table));
+    }
+
+    /** Forget the committers (tests; a dropped table's committer is never used again). */
+    public static void reset() {
+        COMMITTERS.clear();
+    }
+
+    /**
+     * The one committer of a stream table in this process: statements queue
+     * their files; whoever holds the lock commits the whole queue.
+     */
+    static final class Committer {
+        private final ReentrantLock lock = new ReentrantLock(true);
+        private final ConcurrentLinkedQueue<Pending> queue = new ConcurrentLinkedQueue<>();
+        private Table table;
+        /** request id → snapshot id, from the snapshots of {@link #indexed}. */
+        private final Map<String, Long> requestIds = new ConcurrentHashMap<>();
+        private TableMetadata indexed;
+
+        Committer(Table table) {
+            this.table = table;
+            index(current(table));
+        }
+
+        boolean committed(String requestId) {
+            return requestIds.containsKey(requestId);
+        }
+
+        private static TableMetadata current(Table t) {
+            return ((HasTableOperations) t).operations().current();
+        }
+
+        private void index(TableMetadata metadata) {
+            if (metadata == indexed) {
+                return;
+            }
+            Map<String, Long> found = new HashMap<>();
+            for (Snapshot s : metadata.snapshots()) {
+                String ids = s.summary() == null ? null : s.summary().get(REQUEST_ID);
+                if (ids != null) {
+                    for (String id : ids.split("\n")) {
+                        found.put(id, s.snapshotId());
+                    }
+                }
+            }
+            requestIds.keySet().retainAll(found.keySet());
+            requestIds.putAll(found);
+            indexed = metadata;
+        }
+
+        /** The newer of the committer's table and a statement's freshly analysed copy. */
+        private void adopt(Table candidate) {
+            TableMetadata mine = current(table);
+            TableMetadata theirs = current(candidate);
+            if (theirs.lastSequenceNumber() > mine.lastSequenceNumber()
+                    || theirs.lastUpdatedMillis() > mine.lastUpdatedMillis()) {
+                table = candidate;
+            }
+        }
+
+        long commitFiles(Pending pending, Table analysed) {
+            queue.add(pending);
+            while (!pending.done) {
+                lock.lock();
+                try {
+                    adopt(analysed);
+                    if (!pending.done) {
+                        commitQueued();
+                    }
+                } finally {
+                    lock.unlock();
+                }
+            }
+            if (pending.failure != null) {
+                throw pending.failure;
+            }
+            return pending.result;
+        }
+
+        long runQuery(Body body, String requestId) {
+            lock.lock();
+            try {
+                commitQueued();
+                body.run();
+                STATEMENTS.incrementAndGet();
+                table.refresh();
+                index(current(table));
+                return 0;
+            } finally {
+                lock.unlock();
+            }
+        }
+
+        private void commitQueued() {
+            List<Pending> batch = new ArrayList<>();
+            for (Pending p = queue.poll(); p != null; p = queue.poll()) {
+                batch.add(p);
+            }
+            if (batch.isEmpty()) {
+                return;
+            }
+            List<Pending> writing = new ArrayList<>();
+            try {
+                index(current(table));
+                Set<String> seen = new HashSet<>();
+                for (Pending p : batch) {
+                    if (p.requestId != null && requestIds.containsKey(p.requestId)) {
+                        p.result = -1;  // a retry of a committed write: its files are never committed
+                        deleteQuietly(table, p.files);
+                        p.done = true;
+                    } else if (p.requestId != null && !seen.add(p.requestId)) {
+                        queue.add(p);  // the same id twice at once: decided after this group
+                    } else {
+                        writing.add(p);
+                    }
+                }
+                if (!writing.isEmpty()) {
+                    yieldToForeignCommits(table);
+                    commitGroup(writing);
+                }
+            } catch (RuntimeException e) {
+                for (Pending p : writing) {
+                    if (p.failure == null && p.result == 0) {
+                        p.failure = new CommitStateUnknownException(e);
+                    }
+                }
+            } finally {
+                for (Pending p : writing) {
+                    p.done = true;
+                }
+            }
+        }
+
+        /**
+         * One transaction for {@code writing}. Files are deleted only when the
+         * commit certainly did not land (Iceberg's CommitFailedException or a
+         * validation error, or a failure before the commit was sent): after
+         * anything else the commit may have landed, and a committed snapshot
+         * must never lose a file (the JVM's shutdown, after the Python
+         * process was killed, fails calls right after a commit).
+         */
+        private void commitGroup(List<Pending> writing) {
+            Transaction tx;
+            try {
+                // One snapshot holds consecutive statements while no key of a
+                // primary-key table appears in two of them: the changelog orders
+                // a key's changes by commit, so a later statement changing a key
+                // again starts a new snapshot (same transaction, next sequence
+                // number). Log tables put the whole group in one snapshot.
+                tx = table.newTransaction();
+                int start = 0;
+                while (start < writing.size()) {
+                    Set<String> keysInSnapshot = new HashSet<>();
+                    int end = start;
+                    while (end < writing.size()) {
+                        Set<String> k = writing.get(end).keys;
+                        if (k != null && end > start && !Collections.disjoint(keysInSnapshot, k)) {
+                            break;
+                        }
+                        if (k != null) {
+                            keysInSnapshot.addAll(k);
+                        }
+                        end++;
+                    }
+                    AppendFiles append = tx.newAppend().scanManifestsWith(SmallTables.IN_CALLER);
+                    StringBuilder ids = new StringBuilder();
+                    for (Pending p : writing.subList(start, end)) {
+                        for (DataFile f : p.files) {
+                            append.appendFile(f);
+                        }
+                        if (p.requestId != null) {
+                            ids.append(ids.length() == 0 ? "" : "\n").append(p.requestId);
+                        }
+                    }
+                    if (ids.length() > 0) {
+                        append.set(REQUEST_ID, ids.toString());
+                    }
+                    append.commit();
+                    start = end;
+                }
+            } catch (RuntimeException e) {
+                failed(writing, e, true);
+                return;
+            }
+            try {
+                tx.commitTransaction();
+            } catch (org.apache.iceberg.exceptions.CommitFailedException
+                     | org.apache.iceberg.exceptions.ValidationException e) {
+                failed(writing, e, true);
+                return;
+            } catch (CommitStateUnknownException e) {
+                failed(writing, e, false);
+                return;
+            } catch (RuntimeException e) {
+                failed(writing, new CommitStateUnknownException(e), false);
+                return;
+            }
+            GROUPS.incrementAndGet();
+            for (Pending p : writing) {
+                p.result = p.rows;
+                STATEMENTS.incrementAndGet();
+                ROWS.addAndGet(p.rows);
+            }
+            try {
+                index(current(table));
+                for (Pending p : writing) {
+                    if (p.requestId != null) {
+                        requestIds.putIfAbsent(p.requestId, -1L);
+                    }
+                }
+            } catch (RuntimeException e) {
+                indexed = null;  // read again from the snapshots at the next group
+            }
+        }
+
+        private void failed(List<Pending> writing, RuntimeException e, boolean deleteFiles) {
+            for (Pending p : writing) {
+                p.failure = e;
+                if (deleteFiles) {
+                    deleteQuietly(table, p.files);
+                }
+            }
+            try {
+                table.refresh();
+            } catch (RuntimeException ignored) {
+                // the next group's commit refreshes or fails on its own
+            }
+        }
+    }
+
+    private static void deleteQuietly(Table table, List<DataFile> files) {
+        for (DataFile f : files) {
+            try {
+                table.io().deleteFile(f.location());
+            } catch (RuntimeException ignored) {
+                // an orphan file at worst; orphan-file maintenance removes it
+            }
+        }
+    }
+
+    /** Only Parquet tables with top-level partition sources take rows without Spark. */
+    static boolean writable(Table table) {
+        String format = table.properties().getOrDefault(TableProperties.DEFAULT_FILE_FORMAT,
+                TableProperties.DEFAULT_FILE_FORMAT_DEFAULT);
+        if (!"parquet".equalsIgnoreCase(format)) {
+            return false;
+        }
+        List<Types.NestedField> columns = table.schema().columns();
+        for (PartitionField field : table.spec().fields()) {
+            boolean top = false;
+            for (Types.NestedField c : columns) {
+                top |= c.fieldId() == field.sourceId() && c.type().isPrimitiveType();
+            }
+            if (!top) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /** The rows as Parquet data files, one per partition, in their order. */
+    static List<DataFile> write(Table table, List<InternalRow> rows) {
+        Schema schema = table.schema();
+        PartitionSpec spec = table.spec();
+        StructType sparkType = SparkSchemaUtil.convert(schema);
+        Map<StructLike, List<InternalRow>> groups = new LinkedHashMap<>();
+        if (spec.isUnpartitioned()) {
+            groups.put(null, rows);
+        } else {
+            PartitionKey key = new PartitionKey(spec, schema);
+            RowStruct wrapper = new RowStruct(schema);
+            for (InternalRow row : rows) {
+                key.partition(wrapper.wrap(row));
+                groups.computeIfAbsent(key.copy(), k -> new ArrayList<>()).add(row);
+            }
+        }
+        OutputFileFactory files = OutputFileFactory.builderFor(table, 0, TASK_IDS.incrementAndGet())
+                .format(FileFormat.PARQUET).operationId(UUID.randomUUID().toString()).build();
+        List<DataFile> written = new ArrayList<>();
+        try {
+            for (Map.Entry<StructLike, List<InternalRow>> group : groups.entrySet()) {
+                EncryptedOutputFile out = group.getKey() == null
+                        ? files.newOutputFile() : files.newOutputFile(spec, group.getKey());
+                DataWriter<InternalRow> writer = Parquet.writeData(out)
+                        .schema(schema)
+                        .withSpec(spec)
+                        .withPartition(group.getKey())
+                        .setAll(table.properties())
+                        .metricsConfig(MetricsConfig.forTable(table))
+                        .createWriterFunc(msg -> SparkParquetWriters.buildWriter(sparkType, msg))
+                        .overwrite()
+                        .build();
+                try {
+                    for (InternalRow row : group.getValue()) {
+                        writer.write(row);
+                    }
+                } finally {
+                    writer.close();
+                }
+                written.add(writer.toDataFile());
+            }
+        } catch (IOException e) {
+            deleteQuietly(table, written);
+            throw new UncheckedIOException(e);
+        }
+        return written;
+    }
+
+    /** A Spark row's top-level values as Iceberg's partition transforms read them. */
+    static final class RowStruct implements StructLike {
+        private final Type[] types;
+        private InternalRow row;
+
+        RowStruct(Schema schema) {
+            List<Types.NestedField> columns = schema.columns();
+            types = new Type[columns.size()];
+            for (int i = 0; i < types.length; i++) {
+                types[i] = columns.get(i).type();
+            }
+        }
+
+        RowStruct wrap(InternalRow r) {
+            this.row = r;
+            return this;
+        }
+
+        @Override
+        public int size() {
+            return types.length;
+        }
+
+        @Override
+        public <T> T get(int pos, Class<T> javaClass) {
+            if (row.isNullAt(pos)) {
+                return null;
+            }
+            Object value;
+            switch (types[pos].typeId()) {
+                case BOOLEAN: value = row.getBoolean(pos); break;
+                case INTEGER: case DATE: value = row.getInt(pos); break;
+                case LONG: case TIME: case TIMESTAMP: case TIMESTAMP_NANO: value = row.getLong(pos); break;
+                case FLOAT: value = row.getFloat(pos); break;
+                case DOUBLE: value = row.getDouble(pos); break;
+                case STRING: value = row.getUTF8String(pos).toString(); break;
+                case UUID: value = UUID.fromString(row.getUTF8String(pos).toString()); break;
+                case FIXED: case BINARY: value = ByteBuffer.wrap(row.getBinary(pos)); break;
+                case DECIMAL: {
+                    Types.DecimalType d = (Types.DecimalType) types[pos];
+                    BigDecimal big = row.getDecimal(pos, d.precision(), d.scale()).toJavaBigDecimal();
+                    value = big;
+                    break;
+                }
+                default:
+                    throw new UnsupportedOperationException("partition source of type " + types[pos]);
+            }
+            return javaClass.cast(value);
+        }
+
+        @Override
+        public <T> void set(int pos, T value) {
+            throw new UnsupportedOperationException("read-only");
+        }
+    }
+
+    private static final Set<String> TIME_LIKE = new HashSet<>(List.of(
+            "CurrentTimestamp", "Now", "CurrentDate", "LocalTimestamp", "CurrentTimeZone", "CurrentBatchTimestamp",
+            "CurrentUser", "CurrentDatabase", "CurrentCatalog"));
+
+    /**
+     * The rows of a query Spark can fold into values, or null. The analysed
+     * plan of {@code VALUES} is a projection (casts, defaults) over a local
+     * relation; it is evaluated here row by row when every expression is
+     * deterministic and reads no clock or session state (those the optimizer
+     * fixes once per statement, so such a query goes through the optimizer).
+     */
+    static List<InternalRow> localRows(SparkSession session, LogicalPlan query) {
+        if (query instanceof LocalRelation) {
+            return copyRows(((LocalRelation) query).data());
+        }
+        if (query instanceof org.apache.spark.sql.catalyst.plans.logical.Project
+                && ((org.apache.spark.sql.catalyst.plans.logical.Project) query).child() instanceof LocalRelation) {
+            org.apache.spark.sql.catalyst.plans.logical.Project project =
+                    (org.apache.spark.sql.catalyst.plans.logical.Project) query;
+            boolean direct = true;
+            scala.collection.Iterator<org.apache.spark.sql.catalyst.expressions.NamedExpression> it =
+                    project.projectList().iterator();
+            while (it.hasNext() && direct) {
+                direct = evaluable((Expression) it.next());
+            }
+            if (direct) {
+                LocalRelation child = (LocalRelation) project.child();
+                @SuppressWarnings("unchecked")
+                scala.collection.Seq<Expression> exprs = (scala.collection.Seq<Expression>) (Object) project.projectList();
+                scala.collection.Seq<Expression> bound = bind(exprs, child.output());
+                org.apache.spark.sql.catalyst.expressions.MutableProjection projection =
+                        org.apache.spark.sql.catalyst.expressions.InterpretedMutableProjection.createProjection(bound);
+                projection.initialize(0);
+                List<InternalRow> out = new ArrayList<>();
+                scala.collection.Iterator<InternalRow> rows = child.data().iterator();
+                while (rows.hasNext()) {
+                    out.add(projection.apply(rows.next()).copy());
+                }
+                return out;
+            }
+        }
+        LogicalPlan optimized = session.sessionState().executePlan(query, CommandExecutionMode.SKIP())
+                .optimizedPlan();
+        return optimized instanceof LocalRelation ? copyRows(((LocalRelation) optimized).data()) : null;
+    }
+
+    /**
+     * {@code BindReferences.bindReferences(exprs, AttributeSeq(input))}. Reflection: the
+     * class {@code AttributeSeq} lives in Scala's package object {@code expressions.package},
+     * a name Java source cannot spell.
+     */
+    @SuppressWarnings("unchecked")
+    private static scala.collection.Seq<Expression> bind(
+            scala.collection.Seq<Expression> exprs,
+            scala.collection.Seq<org.apache.spark.sql.catalyst.expressions.Attribute> input) {
+        try {
+            Class<?> seqClass = Class.forName("org.apache.spark.sql.catalyst.expressions.package$AttributeSeq");
+            Object attrs = seqClass.getConstructor(scala.collection.Seq.class).newInstance(input);
+            java.lang.reflect.Method m = org.apache.spark.sql.catalyst.expressions.BindReferences.class
+                    .getMethod("bindReferences", scala.collection.Seq.class, seqClass);
+            return (scala.collection.Seq<Expression>) m.invoke(null, exprs, attrs);
+        } catch (ReflectiveOperationException e) {
+            throw new IllegalStateException("cannot bind the VALUES projection", e);
+        }
+    }
+
+    private static List<InternalRow> copyRows(scala.collection.Seq<InternalRow> data) {
+        List<InternalRow> out = new ArrayList<>();
+        scala.collection.Iterator<InternalRow> it = data.iterator();
+        while (it.hasNext()) {
+            out.add(it.next());
+        }
+        return out;
+    }
+
+    private static boolean evaluable(Expression e) {
+        if (!e.deterministic() || e instanceof org.apache.spark.sql.catalyst.expressions.Unevaluable
+                || TIME_LIKE.contains(e.getClass().getSimpleName())) {
+            return false;
+        }
+        scala.collection.Iterator<Expression> it = e.children().iterator();
+        while (it.hasNext()) {
+            if (!evaluable(it.next())) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    static LogicalPlan stripAssertNotNull(LogicalPlan plan) {
+        return plan.transformAllExpressions(new AbstractPartialFunction<Expression, Expression>() {
+            @Override
+            public boolean isDefinedAt(Expression e) {
+                return e instanceof AssertNotNull;
+            }
+
+            @Override
+            public Expression apply(Expression e) {
+                return e instanceof AssertNotNull ? ((AssertNotNull) e).child() : e;
+            }
+        });
+    }
+
+    static String[] split(String names) {
+        return names == null || names.isEmpty() ? new String[0] : names.split("\n");
+    }
+
+    /** Each row's key as one string (the key columns' values, joined). */
+    static Set<String> keyValues(Schema schema, List<InternalRow> rows, String[] keys) {
+        int[] pos = positions(schema, keys);
+        StructType sparkType = SparkSchemaUtil.convert(schema);
+        org.apache.spark.sql.types.DataType[] types = new org.apache.spark.sql.types.DataType[pos.length];
+        for (int i = 0; i < pos.length; i++) {
+            types[i] = sparkType.fields()[pos[i]].dataType();
+        }
+        Set<String> out = new HashSet<>();
+        StringBuilder b = new StringBuilder();
+        for (InternalRow row : rows) {
+            b.setLength(0);
+            for (int i = 0; i < pos.length; i++) {
+                b.append(row.isNullAt(pos[i]) ? "\u0000" : String.valueOf(row.get(pos[i], types[i]))).append('\u0001');
+            }
+            out.add(b.toString());
+        }
+        return out;
+    }
+
+    private static int position(Schema schema, String name) {
+        List<Types.NestedField> columns = schema.columns();
+        for (int i = 0; i < columns.size(); i++) {
+            if (columns.get(i).name().equalsIgnoreCase(name)) {
+                return i;
+            }
+        }
+        throw new IllegalArgumentException("no column " + name + " in " + schema);
+    }
+
+    private static int[] positions(Schema schema, String[] names) {
+        int[] out = new int[names.length];
+        for (int i = 0; i < names.length; i++) {
+            out[i] = position(schema, names[i]);
+        }
+        return out;
+    }
+}
