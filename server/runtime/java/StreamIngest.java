@@ -215,7 +215,7 @@ public final class StreamIngest {
             }
             Schema schema = table.schema();
             int[] keyPos = positions(schema, keys);
-            int ctPos = changeType == null ? -1 : position(schema, changeType);
+            int ctPos = changeType == null ? -1 : position(schema, changeType);  // -1: not there (checked by rounds)
             long nullKeys = 0;
             Map<String, Long> badTypes = new LinkedHashMap<>();
             for (InternalRow row : rows) {
@@ -852,14 +852,15 @@ public final class StreamIngest {
                 return i;
             }
         }
-        throw new IllegalArgumentException("no column " + name + " in " + schema);
+        return -1;
     }
 
+    /**
+     * The positions of the named top-level columns; a name the table no longer
+     * has (a key column renamed under its spec) is left out: the round reports
+     * that with its fix, and the write goes ahead as Spark analysed it.
+     */
     private static int[] positions(Schema schema, String[] names) {
-        int[] out = new int[names.length];
-        for (int i = 0; i < names.length; i++) {
-            out[i] = position(schema, names[i]);
-        }
-        return out;
+        return java.util.Arrays.stream(names).mapToInt(n -> position(schema, n)).filter(p -> p >= 0).toArray();
     }
 }

@@ -123,7 +123,9 @@ def test_a_user_delete_on_the_stream_fails_with_the_snapshot_and_the_fix(server,
 
     run(hive_cursor, f"CREATE TABLE {db}.log (id BIGINT) TBLPROPERTIES "
                      "('table.datalake.enabled'='true', 'table.datalake.freshness'='1 s')")
-    run(hive_cursor, f"INSERT INTO {db}.log VALUES (1), (2)")
+    # Two statements, two data files: the DELETE below drops a whole file (operation 'delete').
+    run(hive_cursor, f"INSERT INTO {db}.log VALUES (1)")
+    run(hive_cursor, f"INSERT INTO {db}.log VALUES (2)")
     wait_tiered(server, f"{db}.log")
     tiered_snapshot = iceberg_table(spark, f"{db}.log").currentSnapshot().snapshotId()
     run(hive_cursor, f"DELETE FROM {db}.log WHERE id = 1")
