@@ -5,31 +5,17 @@ from __future__ import annotations
 import random
 import threading
 import time
-import uuid
 from decimal import Decimal
 
 import pytest
 from pyhive import hive
 
-from tests.conftest import running_workers
 from tests.server.tiering.conftest import run, wait_tiered
 from tierlake.server.ingest.writer import StreamWriter
 
 
-@pytest.fixture(scope="module")
-def workers(server):
-    yield from running_workers(server, 1)
-
-
 def connect(server):
     return hive.connect("127.0.0.1", server.gateway.port, username="tester")
-
-
-@pytest.fixture
-def db(spark):
-    name = "ing_" + uuid.uuid4().hex[:8]
-    spark.sql(f"CREATE DATABASE `{name}`")
-    return name
 
 
 def snapshots(spark, table: str) -> int:
