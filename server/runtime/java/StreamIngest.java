@@ -296,7 +296,7 @@ public final class StreamIngest {
                     Dataset.ofRows(session, append.withNewQuery(checked));
                     return null;
                 }, RuntimeException.class);
-            }, requestId);
+            });
         }
 
         private LogicalPlan checkedQuery(String changeType, String[] keys, String changeTypeMessage,
@@ -433,7 +433,7 @@ public final class StreamIngest {
             return pending.result;
         }
 
-        long runQuery(Body body, String requestId) {
+        long runQuery(Body body) {
             lock.lock();
             try {
                 commitQueued();
