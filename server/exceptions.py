@@ -164,6 +164,16 @@ class StreamReplacedError(TieringGuardError):
     error_code = 5012
 
 
+class LakeReplacedError(TieringGuardError):
+    """The lake table's ``main`` no longer holds the rows its recorded position
+    covers: it was replaced (``REPLACE TABLE``, ``CREATE OR REPLACE``) or rolled
+    back to before its first tiering commit. Continuing would leave the stream
+    rows before that position missing from the lake."""
+
+    sqlstate = "55000"
+    error_code = 5013
+
+
 class QualityCheckError(TierlakeError):
     """A write-audit-publish round whose data failed the table's expectations
     (``table.datalake.quality = block``): nothing was published."""

@@ -52,6 +52,8 @@ FRESH_VIEW_PROPERTY = "tierlake.fresh-view"
 LAKE_TIERED_POSITION = "tierlake.lake.tiered-position"
 LAKE_TIERED_SNAPSHOT = "tierlake.lake.tiered-snapshot-id"
 LAKE_STREAM_UUID = "tierlake.lake.stream-uuid"
+LAKE_MAIN_SNAPSHOT = "tierlake.lake.tiered-lake-snapshot-id"
+NEXT_TABLE_ID = "tierlake.next-table-id"
 # ---- Iceberg's own properties tierlake sets ----------------------------------
 METADATA_DELETE_AFTER_COMMIT = "write.metadata.delete-after-commit.enabled"
 METADATA_PREVIOUS_VERSIONS = "write.metadata.previous-versions-max"
@@ -151,6 +153,9 @@ TABLE_PROPERTIES: tuple[Property, ...] = (
     Property(WRITE_DELETE_MODE, None, "str", "`merge-on-read` on primary-key lake and KV tables", table="lake",
              internal=True),
     Property(KV_OF_PROPERTY, None, "table", "the KV table's stream table", table="kv", internal=True),
+    Property(NEXT_TABLE_ID, None, "int",
+             "on `sys.tiering_tables`: the next table id, set in the commit that registers a table (ids are never "
+             "reused)", table="sys", internal=True),
     Property(LAKE_FIELD_IDS, None, "str",
              "JSON `{stream field id: lake column}`: which stream column each lake (or KV) column carries, "
              "so renames follow the column and a dropped one is known", table="lake", internal=True),
@@ -158,6 +163,9 @@ TABLE_PROPERTIES: tuple[Property, ...] = (
              "the stream position the lake covers, written with every tiering lake commit (survives snapshot expiry)",
              table="lake", internal=True),
     Property(LAKE_TIERED_SNAPSHOT, None, "int", "the stream snapshot at that position", table="lake", internal=True),
+    Property(LAKE_MAIN_SNAPSHOT, None, "int",
+             "the lake snapshot (`main` after that commit) whose rows cover that position: a lake table whose "
+             "`main` no longer descends from it was replaced", table="lake", internal=True),
     Property(LAKE_STREAM_UUID, None, "str",
              "the Iceberg table UUID of the stream table the lake's rows came from (a re-created stream differs)",
              table="lake", internal=True),

@@ -12,6 +12,13 @@ user rolled ``main`` back); the property is what is left when expiry removed
 them all. A history that ends at an expired snapshot with no property is an
 error: position 0 would tier the whole stream again.
 
+The fast-forward also records which lake snapshot ``main`` then pointed at
+(``tierlake.lake.tiered-lake-snapshot-id``). ``REPLACE TABLE`` keeps a table's
+properties and old snapshots but starts ``main`` afresh: a ``main`` whose
+whole, unexpired history holds no tiering commit while the table recorded one
+was replaced (or rolled back past its first tiering commit) and fails with
+:class:`LakeReplacedError` instead of continuing after the old position.
+
 The coordinator's ``tiered_position`` cross-checks it: a lake that knows no
 position while the coordinator recorded one lost its history.
 
@@ -28,13 +35,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from tierlake.server.catalog.properties import (
+    LAKE_MAIN_SNAPSHOT,
     LAKE_STREAM_UUID,
     LAKE_TIERED_POSITION,
     LAKE_TIERED_SNAPSHOT,
     SOURCE_POSITION,
     SOURCE_SNAPSHOT,
 )
-from tierlake.server.exceptions import LakeHistoryError, StreamReplacedError
+from tierlake.server.exceptions import LakeHistoryError, LakeReplacedError, StreamReplacedError
 from tierlake.server.runtime.jvm import string_map
 
 log = logging.getLogger("tierlake.tiering")
@@ -96,10 +104,26 @@ def recorded_position(lake_table: Any, name: Any = None) -> tuple[int, int | Non
             expired = int(parent)
         walked += 1
     recorded = table_properties(lake_table)
+    cut = expired is not None or walked >= MAX_WALK
+    if LAKE_TIERED_POSITION in recorded and not cut and recorded.get(LAKE_MAIN_SNAPSHOT):
+        # main's whole history is there and holds no tiering commit, yet the table recorded one:
+        # REPLACE TABLE (it keeps properties and old snapshots, main starts afresh) or a rollback
+        # to before the first tiering commit. The property would skip the rows before it.
+        lake = name or lake_table.name()
+        raise LakeReplacedError(
+            f"the lake table {lake} was replaced (REPLACE TABLE or CREATE OR REPLACE) or rolled back to before "
+            f"its first tiering commit: its main branch no longer descends from lake snapshot "
+            f"{recorded[LAKE_MAIN_SNAPSHOT]}, which held the stream's rows up to position "
+            f"{recorded[LAKE_TIERED_POSITION]}. Tiering from that position would leave every stream row before it "
+            f"missing from the lake. To rebuild the lake table from the stream's retained history: DROP TABLE "
+            f"{lake}, then CALL sys.disable_tiering and sys.enable_tiering for its stream table. To keep the rows "
+            f"it holds now as the lake and re-register: ALTER TABLE {lake} UNSET TBLPROPERTIES "
+            f"('{LAKE_TIERED_POSITION}', '{LAKE_MAIN_SNAPSHOT}'), then the same two calls"
+        )
     if LAKE_TIERED_POSITION in recorded:
         sid = recorded.get(LAKE_TIERED_SNAPSHOT)
         return int(recorded[LAKE_TIERED_POSITION]), (int(sid) if sid else None), True
-    if expired is not None or walked >= MAX_WALK:
+    if cut:
         raise LakeHistoryError(
             f"the lake table {name or lake_table.name()} does not say which stream position it covers: its "
             f"history before snapshot {lake_table.currentSnapshot().snapshotId()} was expired (snapshot "

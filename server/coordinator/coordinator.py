@@ -8,6 +8,10 @@ writer makes the commit fail and the change is recomputed from fresh state.
 Inside one server, changes are also serialised by a lock, so retries only
 happen across processes.
 
+Table ids come from a counter kept as a property of the state table
+(``tierlake.next-table-id``) and set in the same commit as the rows: an id is
+handed out once, whatever is disabled, dropped or killed afterwards.
+
 Heartbeat renewals are kept in memory and persisted at most every quarter of
 the heartbeat timeout, so a job that only renews costs no commit.
 """
@@ -20,6 +24,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from tierlake import sql
+from tierlake.server.catalog.properties import NEXT_TABLE_ID
 from tierlake.server.coordinator import state_machine as sm
 from tierlake.server.coordinator.history import HistoryWriter
 from tierlake.server.coordinator.maintenance_schedule import MaintenanceSchedule
@@ -33,6 +39,7 @@ log = logging.getLogger("tierlake.coordinator")
 STATE_TABLE = "sys.tiering_tables"
 ROUNDS_TABLE = "sys.tiering_round_log"
 JOBS_TABLE = "sys.tiering_jobs"
+Q_MAX_TABLE_ID = "queries/max_table_id.sql"
 
 _COLUMNS = [
     "table_id", "database_name", "table_name", "lake_database", "lake_table", "status",
@@ -97,6 +104,8 @@ class Coordinator:
         self._queue_lock = threading.Lock()
         self._queue: list[_Ticket] = []
         self.maintenance = MaintenanceSchedule(self)  # managed maintenance runs inside assignments
+        self._next_id = 1  # the counter as of the commit being computed (under self.lock)
+        self._legacy_next_id: int | None = None
 
     # -- state I/O ------------------------------------------------------------
     @staticmethod
@@ -145,9 +154,28 @@ class Coordinator:
                 self._apply(batch)
         return ticket.outcome()
 
+    def new_table_id(self, states: dict[int, TableState]) -> int:
+        """An id no table ever had: for a change inside :meth:`mutate` that registers one.
+
+        The counter is committed with the rows that use it, so neither a
+        disable→enable nor a crash can hand the same id out again."""
+        table_id = max([self._next_id, *(s.table_id + 1 for s in states.values())])
+        self._next_id = table_id + 1
+        return table_id
+
+    def _counter(self, properties: dict[str, str]) -> int:
+        if NEXT_TABLE_ID in properties:
+            return int(properties[NEXT_TABLE_ID])
+        # A state table from before the counter: past ids are the ones in the state and the history.
+        if self._legacy_next_id is None:
+            self._legacy_next_id = 1 if self.spark is None else (
+                int(self.spark.sql(sql.read(Q_MAX_TABLE_ID)).collect()[0]["max_id"]) + 1)
+        return self._legacy_next_id
+
     def _apply(self, batch: list[_Ticket]) -> None:
-        def on_rows(rows):
+        def on_rows(rows, properties):
             states = self._states(rows)
+            counter = self._next_id = self._counter(properties)
             now = self.clock()
             changed_any = False
             alone = len(batch) == 1
@@ -165,12 +193,16 @@ class Coordinator:
                     states.clear()
                     states.update(before)
                 changed_any = changed_any or changed
+            props = None
             if changed_any:
                 rows[:] = self._rows(states)
-            return None, changed_any
+                top = max([self._next_id, *(s.table_id + 1 for s in states.values())])
+                if top != counter or NEXT_TABLE_ID not in properties:
+                    props = {NEXT_TABLE_ID: str(top)}
+            return None, changed_any, props
 
         try:
-            self.state_table.update(on_rows)
+            self.state_table.update_with_properties(on_rows)
         except BaseException as e:  # noqa: BLE001 - the commit failed: every change in it did
             for ticket in batch:
                 ticket.settle(error=e)

@@ -15,12 +15,17 @@ second's worth); the state table, lake commits and positions are unaffected.
 A clean stop writes everything first. An append that fails is retried with a
 back-off; at most ``MAX_PENDING`` rows wait, the oldest dropped beyond that
 (logged), so a broken history table cannot grow the server's memory.
+
+Appends are idempotent: each batch carries a token in its snapshot summary and
+a retry sends the same rows with the same token, so an append whose commit
+state was unknown (it landed, the answer was lost) is not written twice.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from typing import Any
 
 from tierlake.server.runtime import state_version
@@ -39,6 +44,7 @@ class HistoryWriter:
         self._cond = threading.Condition()
         self._pending: list[dict[str, Any]] = []
         self._writing = 0  # rows taken by an append in flight
+        self._retry: tuple[str, list[dict[str, Any]]] | None = None  # a failed batch, retried as it was
         self._stopped = False
         self._thread: threading.Thread | None = None
         self.appends = 0
@@ -65,7 +71,7 @@ class HistoryWriter:
     def flush(self, timeout: float = 30.0) -> bool:
         """Wait until every row handed in so far is committed (or ``timeout``)."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._pending and not self._writing, timeout)
+            return self._cond.wait_for(lambda: not self._pending and not self._writing and not self._retry, timeout)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Write what is pending, then end the thread."""
@@ -81,21 +87,28 @@ class HistoryWriter:
             rows, self._pending = self._pending, []
         if rows:
             try:
-                self.table.append(rows)
+                self.table.append(rows, token=str(uuid.uuid4()))
             except Exception:
                 log.exception("could not record %d tiering round(s)", len(rows))
+
+    def _next_batch(self) -> tuple[str, list[dict[str, Any]]]:
+        if self._retry is not None:
+            batch, self._retry = self._retry, None
+            return batch
+        rows, self._pending = self._pending, []
+        return str(uuid.uuid4()), rows
 
     def _run(self) -> None:
         failures = 0
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._pending or self._stopped)
-                if not self._pending:
+                self._cond.wait_for(lambda: self._pending or self._retry or self._stopped)
+                if not self._pending and not self._retry:
                     return
-                rows, self._pending = self._pending, []
+                token, rows = self._next_batch()
                 self._writing = len(rows)
             try:
-                self.table.append(rows)
+                self.table.append(rows, token=token)
                 self.appends += 1
                 failures = 0
             except Exception:
@@ -103,7 +116,9 @@ class HistoryWriter:
                 log.warning("could not record %d tiering round(s) (attempt %d); retrying", len(rows), failures,
                             exc_info=True)
                 with self._cond:
-                    self._pending[:0] = rows  # keep their order ahead of newer rows
+                    # The same rows under the same token: if this attempt landed after all, the
+                    # retry finds the token in the table's history and appends nothing.
+                    self._retry = (token, rows)
             finally:
                 with self._cond:
                     self._writing = 0

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from tierlake import sql
 from tierlake.server.catalog.table_path import TablePath, parse_table_path
 from tierlake.server.coordinator import state_machine as sm
 from tierlake.server.coordinator.coordinator import STATE_TABLE
@@ -30,7 +29,6 @@ STATUS_COLUMNS = [
     ("tiering_epoch", "bigint"), ("last_tiered_time", "timestamp"), ("last_error", "string"),
     ("last_error_time", "timestamp"),
 ]
-Q_MAX_TABLE_ID = "queries/max_table_id.sql"
 TIERING_PROPERTY_PREFIXES = ("table.", "primary-key", "bucket.num", "sequence-by")
 
 
@@ -115,13 +113,13 @@ def register_table(
     """
     props = iceberg_properties(ctx.spark, path)
     stream_uuid = str(iceberg_table(ctx.spark, path.quoted).uuid())
-    next_id = ctx.spark.sql(sql.read(Q_MAX_TABLE_ID)).collect()[0]["max_id"] + 1
+    coord = coordinator(ctx)
 
     def change(states: dict[int, TableState], now: datetime):
         found = find_registered(states, path)
         if found is not None:
             return (found, False), False, []
-        table_id = max([next_id, *(s.table_id + 1 for s in states.values())])
+        table_id = coord.new_table_id(states)
         state = TableState(
             table_id, path.database, path.table, lake.database, lake.table, properties=tiering_properties(props)
         )
@@ -133,7 +131,7 @@ def register_table(
         states[table_id] = state
         return (state, True), True, []
 
-    return coordinator(ctx).mutate(change)
+    return coord.mutate(change)
 
 
 def registered_record(spark: Any, table_id: int) -> tuple[int | None, str | None] | None:

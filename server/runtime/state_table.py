@@ -143,8 +143,17 @@ class SmallTable:
             args={"rows": payload, "schema": f"array<{self.schema.simpleString()}>"},
         )
 
-    def replace(self, rows: list[dict[str, Any]], base: int | None) -> None:
-        """Overwrite the table with ``rows``; fails if it changed since ``base``."""
+    def properties(self) -> dict[str, str]:
+        """The table's Iceberg properties, as of now."""
+        from tierlake.server.runtime.jvm import string_map
+
+        return string_map(iceberg_table(self.spark, self.name).properties())
+
+    def replace(self, rows: list[dict[str, Any]], base: int | None, properties: dict[str, str] | None = None) -> None:
+        """Overwrite the table with ``rows``; fails if it changed since ``base``.
+
+        ``properties`` are set on the table in the same commit (the JVM path), so
+        they change exactly when the rows do."""
         from pyspark.sql import functions as F
 
         table = iceberg_table(self.spark, self.name)
@@ -152,7 +161,8 @@ class SmallTable:
         if io is not None:
             payload = self._to_jvm(rows)
             try:
-                committed = int(io.replace(table, payload, -1 if base is None else base))
+                committed = int(io.replace(table, payload, -1 if base is None else base,
+                                           json.dumps(properties) if properties else None))
             finally:
                 state_version.bump()  # even a failed commit may have landed (commit state unknown)
             if committed >= 0:
@@ -167,18 +177,33 @@ class SmallTable:
             writer.overwrite(F.lit(True))
         finally:
             state_version.bump()  # even a failed commit may have landed (commit state unknown)
+        if properties:
+            # Not in the rows' commit on this path: a counter set here only ever grows, so a
+            # crash between the two commits leaves it behind the rows, and readers take the max.
+            update = iceberg_table(self.spark, self.name).updateProperties()
+            for key, value in properties.items():
+                update = update.set(key, value)
+            update.commit()
         housekeeping.note_commit(self.name)
 
     def update(self, change: Callable[[list[dict[str, Any]]], tuple[Any, bool]]) -> Any:
         """Optimistic read-modify-write: ``change(rows)`` edits the rows in place
         and returns ``(result, changed)``; a lost race re-reads and runs it again."""
+        return self.update_with_properties(lambda rows, _props: (*change(rows), None))
+
+    def update_with_properties(
+        self, change: Callable[[list[dict[str, Any]], dict[str, str]], tuple[Any, bool, dict[str, str] | None]]
+    ) -> Any:
+        """:meth:`update` where ``change(rows, properties)`` also sees the table's
+        properties and returns ``(result, changed, properties to set)``: they are
+        committed with the rows (the coordinator's table-id counter)."""
         for attempt in range(1, MAX_ATTEMPTS + 1):
             base, rows = self.load()
-            result, changed = change(rows)
+            result, changed, props = change(rows, self.properties())
             if not changed:
                 return result
             try:
-                self.replace(rows, base)
+                self.replace(rows, base, props)
                 return result
             except Exception as e:
                 if not is_conflict(e):
@@ -187,15 +212,27 @@ class SmallTable:
                 time.sleep(0.05 * attempt)
         raise ConcurrentUpdateError(f"{self.name} kept changing concurrently ({MAX_ATTEMPTS} attempts)")
 
-    def append(self, rows: list[dict[str, Any]]) -> None:
+    def append(self, rows: list[dict[str, Any]], token: str | None = None) -> bool:
+        """Append ``rows`` in one commit; returns whether it appended.
+
+        With ``token`` the append is idempotent: if a commit carrying that
+        token is already in the table's history (an earlier attempt whose
+        outcome was unknown landed after all), nothing is appended. Retries
+        pass the same rows with the same token."""
         if rows:
             table = iceberg_table(self.spark, self.name)
             io = self._io(table)
             try:
                 if io is not None:
+                    if token is not None:
+                        appended = bool(io.appendOnce(table, self._to_jvm(rows), token))
+                        housekeeping.note_commit(self.name)
+                        return appended
                     io.append(table, self._to_jvm(rows))
                 else:
                     self._frame(rows).writeTo(self.name).append()
             finally:
                 state_version.bump()
             housekeeping.note_commit(self.name)
+            return True
+        return False

@@ -261,6 +261,11 @@ def fast_forward(spark: Any, plan: Plan, branch: str, epoch: int, drop_branch: b
             manage = manage.removeBranch(branch)  # one metadata commit instead of two
         manage.commit()
         if recorded:
+            # Which lake snapshot holds the rows up to the position: REPLACE TABLE keeps the
+            # properties but starts main afresh (server/changelog/positions.py tells them apart).
+            head = transaction.table().currentSnapshot()  # main, fast-forwarded in this transaction
+            if head is not None:
+                recorded = {**recorded, P.LAKE_MAIN_SNAPSHOT: str(head.snapshotId())}
             update = transaction.updateProperties()
             for key, value in recorded.items():
                 update = update.set(key, value)

@@ -239,3 +239,61 @@ def test_job_status_lists_jobs_and_their_tables(tables, hive_cursor):
     rows = {r[0]: r for r in call(hive_cursor, "tiering_job_status")}
     assert "job-v" in rows
     assert path in rows["job-v"][5]
+
+
+def test_table_ids_are_never_reused_while_the_history_is_behind(server, tables, hive_cursor):
+    """disable→enable while the round history has not caught up: the new registration gets a new id,
+    and its history holds none of the old registration's rows."""
+    ids = tables(1)
+    (path,) = ids
+    history = server.coordinator.history
+    release = threading.Event()
+    real_append = history.table.append
+
+    def held(rows, token=None):
+        assert release.wait(60)
+        return real_append(rows, token=token)
+
+    history.table.append = held
+    try:
+        call(hive_cursor, "disable_tiering", table=path)
+        ((new_id, *_),) = call(hive_cursor, "enable_tiering", table=path)
+        call(hive_cursor, "disable_tiering", table=path)
+        ((newer_id, *_),) = call(hive_cursor, "enable_tiering", table=path)
+    finally:
+        release.set()
+        history.table.append = real_append
+    assert len({ids[path], new_id, newer_id}) == 3 and ids[path] < new_id < newer_id
+    hive_cursor.execute("SELECT count(*) FROM sys.tiering_rounds WHERE table_id = %(id)s", {"id": newer_id})
+    assert hive_cursor.fetchall() == [(0,)]
+    hive_cursor.execute("SELECT outcome FROM sys.tiering_rounds WHERE table_id = %(id)s", {"id": ids[path]})
+    assert hive_cursor.fetchall() == [("disabled",)]
+
+
+def test_table_ids_are_never_reused_after_kill_9(tmp_path):
+    """The id counter is committed with the registration: a server killed right after a
+    disable, restarted, hands the re-enabled table a new id."""
+    import os
+    import signal
+
+    from tests.conftest import free_port, start_server_process, stop_process
+
+    port, home = free_port(), tmp_path / "home"
+    server = start_server_process(home, port, [], workers=0)
+    try:
+        with hive.connect("127.0.0.1", port, username="tester") as conn:
+            cursor = conn.cursor()
+            cursor.execute("CREATE DATABASE ids")
+            cursor.execute("CREATE TABLE ids.t (id BIGINT) TBLPROPERTIES ('table.datalake.enabled'='true')")
+            cursor.execute("SELECT table_id FROM sys.tiering_tables")
+            (first,) = cursor.fetchall()[0]
+            call(cursor, "disable_tiering", table="ids.t")
+        os.kill(server.pid, signal.SIGKILL)
+        server.wait()
+        server = start_server_process(home, port, [], workers=0)
+        with hive.connect("127.0.0.1", port, username="tester") as conn:
+            cursor = conn.cursor()
+            ((second, *_),) = call(cursor, "enable_tiering", table="ids.t")
+        assert second > first
+    finally:
+        stop_process(server)

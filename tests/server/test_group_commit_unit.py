@@ -25,17 +25,22 @@ class SlowTable:
 
     def __init__(self, rows, commit_s=0.05):
         self.rows, self.commit_s, self.commits = rows, commit_s, 0
+        self.properties: dict[str, str] = {}
         self.appended: list[dict] = []
 
-    def update(self, on_rows):
+    def update_with_properties(self, on_rows):
         rows = [dict(r) for r in self.rows]
-        result, changed = on_rows(rows)
+        result, changed, props = on_rows(rows, dict(self.properties))
         if changed:
             time.sleep(self.commit_s)
             self.rows, self.commits = rows, self.commits + 1
+            self.properties.update(props or {})
         return result
 
-    def append(self, rows):
+    def update(self, on_rows):
+        return self.update_with_properties(lambda rows, _p: (*on_rows(rows), None))
+
+    def append(self, rows, token=None):
         self.appended.extend(rows)
 
 
@@ -134,10 +139,10 @@ def test_a_failed_commit_fails_every_change_in_it():
     c = coordinator(2)
 
     def broken(on_rows):
-        on_rows([dict(r) for r in c.state_table.rows])
+        on_rows([dict(r) for r in c.state_table.rows], {})
         raise OSError("disk full")
 
-    c.state_table.update = broken
+    c.state_table.update_with_properties = broken
     with pytest.raises(OSError, match="disk full"):
         c.heartbeat("job-0", [], [], [], True)
 
@@ -153,8 +158,8 @@ def test_the_round_history_is_written_behind_the_state_and_a_failed_append_is_re
     release, calls = threading.Event(), []
     real_append = c.state_table.append
 
-    def blocked_then_flaky(rows):
-        calls.append(len(rows))
+    def blocked_then_flaky(rows, token=None):
+        calls.append((len(rows), token))
         assert release.wait(30)
         if len(calls) == 1:
             raise RuntimeError("history table unavailable")
@@ -169,4 +174,4 @@ def test_the_round_history_is_written_behind_the_state_and_a_failed_append_is_re
     release.set()
     assert c.history.flush(timeout=30)
     assert sorted(r["table_id"] for r in c.state_table.appended) == sorted(t for t, _ in held.values())
-    assert len(calls) >= 2  # the failed append was retried with the same rows
+    assert len(calls) >= 2 and calls[1] == calls[0]  # the failed append was retried: same rows, same token

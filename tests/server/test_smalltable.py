@@ -16,7 +16,10 @@ class FakeTable(SmallTable):
         self.loads += 1
         return self.snapshot, [dict(r) for r in self.rows]
 
-    def replace(self, rows, base):
+    def properties(self):
+        return {}
+
+    def replace(self, rows, base, properties=None):
         if self.failures:
             raise self.failures.pop(0)
         assert base == self.snapshot

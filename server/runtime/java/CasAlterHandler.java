@@ -34,7 +34,10 @@ import org.apache.hadoop.hive.metastore.api.Table;
  *
  * <p>An alter that carries no expected value but moves an Iceberg table's
  * {@code metadata_location} (a client that still locks) is held to its own
- * {@code previous_metadata_location}, so the two kinds of client can share a table.
+ * {@code previous_metadata_location}, so the two kinds of client can share a table; one that
+ * moves it without naming the current location as its previous (a stale copy of the table sent
+ * back: a rename or a property change made from an old read) is refused, since it would undo
+ * the commits made since that read.
  */
 public class CasAlterHandler extends HiveAlterHandler {
     static final String LOCATION = "metadata_location";
@@ -90,19 +93,8 @@ public class CasAlterHandler extends HiveAlterHandler {
             throws MetaException {
         Map<String, String> props = context == null ? null : context.getProperties();
         Map<String, String> params = newt.getParameters();
-        String key;
-        String expected;
-        boolean locking = false;
-        if (props != null && props.get(EXPECTED_KEY) != null) {
-            key = props.get(EXPECTED_KEY);
-            expected = props.get(EXPECTED_VALUE);
-        } else if (params != null && params.get(LOCATION) != null && params.get(PREVIOUS) != null) {
-            key = LOCATION;
-            expected = params.get(PREVIOUS);
-            locking = true;
-        } else {
-            return false;
-        }
+        boolean cas = props != null && props.get(EXPECTED_KEY) != null;
+        String key = cas ? props.get(EXPECTED_KEY) : LOCATION;
         Table current;
         CachingObjectStore.BYPASS.set(Boolean.TRUE);  // the compare reads the database, never a cached copy
         try {
@@ -111,11 +103,33 @@ public class CasAlterHandler extends HiveAlterHandler {
             CachingObjectStore.BYPASS.set(Boolean.FALSE);
         }
         String actual = current == null || current.getParameters() == null ? null : current.getParameters().get(key);
-        if (params != null && Objects.equals(actual, params.get(key))) {
-            // Nothing moves: a rename or a property change that keeps the metadata, or this very
-            // commit sent again (the metastore retries a call that failed in Derby; metadata file
-            // names are unique, so only the same commit can carry the same location).
+        String incoming = params == null ? null : params.get(key);
+        if (Objects.equals(actual, incoming)) {
+            // Nothing moves: a rename or a property change that keeps the metadata (or a table
+            // that is not Iceberg's), or this very commit sent again (the metastore retries a call
+            // that failed in Derby; metadata file names are unique, so only the same commit can
+            // carry the same location).
             return false;
+        }
+        String expected;
+        boolean locking = false;
+        if (cas) {
+            expected = props.get(EXPECTED_VALUE);
+        } else if (incoming != null && params.get(PREVIOUS) != null) {
+            expected = params.get(PREVIOUS);
+            locking = true;
+        } else if (actual == null) {
+            return false;  // not an Iceberg table yet (Iceberg's migrate): no commit to undo
+        } else {
+            // The alter moves (or drops) metadata_location without naming the current one as
+            // its previous: a stale copy of the table sent back (Hive or Spark v1 property
+            // changes, a rename, any client that read the table before the last commit).
+            // Letting it through would silently undo every commit since that read.
+            throw new MetaException(String.format(
+                    "Refused: this alter of %s.%s would set metadata_location to '%s' but the table's is '%s' and "
+                    + "the alter does not name it as previous_metadata_location (it was made from a stale copy "
+                    + "of the table); read the table again and repeat the change",
+                    dbname, name, incoming, actual));
         }
         if (!Objects.equals(expected, actual)) {
             if (locking) {

@@ -23,6 +23,8 @@ import org.apache.iceberg.OverwriteFiles;
 import org.apache.iceberg.Schema;
 import org.apache.iceberg.Snapshot;
 import org.apache.iceberg.Table;
+import org.apache.iceberg.Transaction;
+import org.apache.iceberg.UpdateProperties;
 import org.apache.iceberg.data.GenericAppenderFactory;
 import org.apache.iceberg.data.GenericRecord;
 import org.apache.iceberg.data.IcebergGenerics;
@@ -134,8 +136,30 @@ public final class SmallTables {
      * them from memory while it is the current one.
      */
     public static long replace(Table table, String json, long base) throws IOException {
+        return replace(table, json, base, null);
+    }
+
+    /**
+     * {@link #replace(Table, String, long)}, and set {@code properties} (a JSON
+     * object of strings; null for none) on the table in the same commit: the
+     * coordinator keeps its table-id counter there, so an id is allocated in
+     * the commit that registers the table and is never handed out twice, even
+     * after {@code kill -9} or with the history written behind.
+     */
+    public static long replace(Table table, String json, long base, String properties) throws IOException {
         DataFile file = write(table, json);
-        OverwriteFiles overwrite = table.newOverwrite().overwriteByRowFilter(Expressions.alwaysTrue())
+        Transaction tx = properties == null ? null : table.newTransaction();
+        if (tx != null) {
+            UpdateProperties update = tx.updateProperties();
+            Iterator<Map.Entry<String, JsonNode>> fields = JSON.readTree(properties).fields();
+            while (fields.hasNext()) {
+                Map.Entry<String, JsonNode> e = fields.next();
+                update.set(e.getKey(), e.getValue().asText());
+            }
+            update.commit();
+        }
+        OverwriteFiles overwrite = (tx == null ? table.newOverwrite() : tx.newOverwrite())
+                .overwriteByRowFilter(Expressions.alwaysTrue())
                 .scanManifestsWith(IN_CALLER);
         if (file != null) {
             overwrite = overwrite.addFile(file);
@@ -152,13 +176,20 @@ public final class SmallTables {
         String token = UUID.randomUUID().toString();
         overwrite.set(WRITE_ID, token);
         overwrite.commit();
-        long committed = -1;
+        if (tx != null) {
+            tx.commitTransaction();
+        }
+        return snapshotWith(table, token);
+    }
+
+    private static long snapshotWith(Table table, String token) {
+        long found = -1;
         for (Snapshot snapshot : table.snapshots()) {
             if (token.equals(snapshot.summary().get(WRITE_ID))) {
-                committed = snapshot.snapshotId();
+                found = snapshot.snapshotId();
             }
         }
-        return committed;
+        return found;
     }
 
     /** Append {@code json} (a JSON array) to {@code table} in one commit. */
@@ -167,6 +198,26 @@ public final class SmallTables {
         if (file != null) {
             table.newAppend().appendFile(file).scanManifestsWith(IN_CALLER).commit();
         }
+    }
+
+    /**
+     * Append {@code json} once under {@code token}: if a commit carrying the
+     * token is already in the table's history (an earlier attempt whose
+     * outcome was unknown did land), nothing is appended. Returns whether this
+     * call appended. The caller keeps the token and the rows together across
+     * its retries (coordinator/history.py).
+     */
+    public static boolean appendOnce(Table table, String json, String token) throws IOException {
+        table.refresh();
+        if (snapshotWith(table, token) >= 0) {
+            return false;
+        }
+        DataFile file = write(table, json);
+        if (file == null) {
+            return false;
+        }
+        table.newAppend().appendFile(file).scanManifestsWith(IN_CALLER).set(WRITE_ID, token).commit();
+        return true;
     }
 
     private static DataFile write(Table table, String json) throws IOException {

@@ -9,7 +9,7 @@ from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.changelog import planner, positions
 from tierlake.server.changelog.planner import Plan, Registered, StreamCommit
-from tierlake.server.exceptions import LakeHistoryError, StreamReplacedError
+from tierlake.server.exceptions import LakeHistoryError, LakeReplacedError, StreamReplacedError
 
 LAKE = TablePath("shop_lake", "orders")
 STREAM = TablePath("shop", "orders")
@@ -123,3 +123,21 @@ def test_a_chunk_knows_a_replace_commit_rewrote_its_appends():
     chunks = plan.chunks(max_rows=4)
     assert [(c.start_position, c.end_position, c.rewritten) for c in chunks] == [(0, 2, False), (2, 4, True)]
     assert chunks[1].snapshot_ids == [104]
+
+
+def test_a_replaced_lake_table_is_an_error_not_a_silent_gap():
+    props = {"tierlake.lake.tiered-position": "9", "tierlake.lake.tiered-lake-snapshot-id": "2"}
+    # REPLACE TABLE … AS SELECT: old snapshots kept, main starts afresh at a root without a summary.
+    table = Table([tiered(1, None, 5), tiered(2, 1, 9), Snap(3, None)], current=3, props=dict(props))
+    with pytest.raises(LakeReplacedError, match=r"shop_lake.orders was replaced \(REPLACE TABLE or CREATE OR "
+                                                r"REPLACE\).*no longer descends from lake snapshot 2.*position 9"):
+        positions.recorded_position(table, LAKE)
+    # REPLACE TABLE without data: no current snapshot at all.
+    with pytest.raises(LakeReplacedError):
+        positions.recorded_position(Table([tiered(2, None, 9)], current=None, props=dict(props)), LAKE)
+    # The same properties after expiry cut main's history: the property is the position.
+    cut = Table([Snap(4, 3, {"operation": "replace"})], current=4, props=dict(props))
+    assert positions.recorded_position(cut, LAKE) == (9, None, True)
+    # A position set by hand (no lake snapshot recorded) is trusted.
+    by_hand = Table([Snap(3, None)], current=3, props={"tierlake.lake.tiered-position": "9"})
+    assert positions.recorded_position(by_hand, LAKE) == (9, None, True)

@@ -148,3 +148,39 @@ def test_a_thrift_session_leaves_a_server_threads_metastore_client_alone(spark, 
             conn.close()
         assert spark.catalog.tableExists(table)
         assert _thread_metastore(spark) == before
+
+
+def test_a_stale_copy_of_a_table_sent_back_is_refused_and_the_data_stays(spark, table):
+    """A table with one metadata file has no previous_metadata_location: an alter made from a copy
+    read before an INSERT would move metadata_location back and lose the INSERT."""
+    client, _ = metastore_client(spark)
+    db, name = table.split(".")
+    try:
+        stale = client.getTable(db, name)
+        assert stale.getParameters().get("previous_metadata_location") is None
+        spark.sql(f"INSERT INTO {table} VALUES (1)")
+        stale.getParameters().put("comment", "from an old read")
+        with pytest.raises(Exception, match="Refused: this alter of .* would set metadata_location to .* "
+                                            "does not name it as previous_metadata_location"):
+            client.alter_table(db, name, stale)
+    finally:
+        client.close()
+    spark.sql(f"REFRESH TABLE {table}")
+    assert [r.id for r in spark.table(table).collect()] == [1]
+
+
+def test_spark_property_changes_and_renames_still_work(spark, table):
+    spark.sql(f"INSERT INTO {table} VALUES (1)")
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('team'='kept', 'write.format.default'='parquet')")
+    renamed = table + "_renamed"
+    spark.sql(f"ALTER TABLE {table} RENAME TO {renamed}")
+    try:
+        spark.sql(f"INSERT INTO {renamed} VALUES (2)")
+        assert sorted(r.id for r in spark.table(renamed).collect()) == [1, 2]
+        assert spark.sql(f"SHOW TBLPROPERTIES {renamed} ('team')").collect()[0].value == "kept"
+        # A Hive-level alter made from a fresh read (Spark v1 / Hive / Trino property changes) passes.
+        alter(spark, renamed, lambda p: p.put("owner_note", "fresh"))
+        spark.sql(f"INSERT INTO {renamed} VALUES (3)")
+        assert sorted(r.id for r in spark.table(renamed).collect()) == [1, 2, 3]
+    finally:
+        spark.sql(f"ALTER TABLE {renamed} RENAME TO {table}")

@@ -245,3 +245,61 @@ def test_an_incompatible_column_change_fails_with_the_fix(server, workers, hive_
     error = wait_status(server, f"{db}.c", "Failed").last_error
     assert f"column id of stream table {db}.c is bigint but int in lake table {db}_lake.c" in error
     assert f"ALTER TABLE {db}_lake.c ALTER COLUMN id TYPE bigint" in error
+
+
+def lake_ids(hive_cursor, lake: str) -> list[int]:
+    return sorted(r[0] for r in run(hive_cursor, f"SELECT id FROM {lake}"))
+
+
+def test_a_replaced_lake_table_fails_with_the_cause_and_the_fix_rebuilds_it(server, workers, hive_cursor, db, spark):
+    stream, lake = f"{db}.replaced", f"{db}_lake.replaced"
+    run(hive_cursor, f"CREATE TABLE {stream} (id BIGINT) TBLPROPERTIES "
+                     "('table.datalake.enabled'='true', 'table.datalake.freshness'='1 s')")
+    run(hive_cursor, f"INSERT INTO {stream} VALUES (1), (2)")
+    wait_tiered(server, stream)
+    # An Iceberg user's REPLACE TABLE: properties and old snapshots stay, main starts afresh.
+    spark.sql(f"REPLACE TABLE {lake} USING iceberg AS SELECT * FROM {lake} WHERE id = 2")
+    run(hive_cursor, f"INSERT INTO {stream} VALUES (3)")
+    error = wait_status(server, stream, "Failed").last_error
+    assert f"the lake table {lake} was replaced (REPLACE TABLE or CREATE OR REPLACE)" in error
+    assert "position 1" in error and f"DROP TABLE {lake}" in error
+    assert lake_ids(hive_cursor, lake) == [2]  # nothing was tiered after the old position
+    # The fix the message gives: rebuild from the stream's retained history.
+    run(hive_cursor, f"DROP TABLE {lake}")
+    run(hive_cursor, f"CALL sys.disable_tiering('{stream}')")
+    run(hive_cursor, f"CALL sys.enable_tiering('{stream}')")
+    make_due(server, stream)
+    wait_tiered(server, stream)
+    assert lake_ids(hive_cursor, lake) == [1, 2, 3]
+
+
+def test_a_dropped_and_recreated_lake_table_fails_instead_of_continuing(server, workers, hive_cursor, db, spark):
+    stream, lake = f"{db}.recreated", f"{db}_lake.recreated"
+    run(hive_cursor, f"CREATE TABLE {stream} (id BIGINT) TBLPROPERTIES "
+                     "('table.datalake.enabled'='true', 'table.datalake.freshness'='1 s')")
+    run(hive_cursor, f"INSERT INTO {stream} VALUES (1), (2)")
+    wait_tiered(server, stream)
+    spark.sql(f"ALTER TABLE {lake} RENAME TO {lake}_old")
+    spark.sql(f"CREATE TABLE {lake} USING iceberg AS SELECT * FROM {lake}_old WHERE id = 2")
+    run(hive_cursor, f"INSERT INTO {stream} VALUES (3)")
+    error = wait_status(server, stream, "Failed").last_error
+    assert f"the lake table {lake} has no record of a tiering commit" in error and "dropped or replaced" in error
+    assert lake_ids(hive_cursor, lake) == [2]
+
+
+def test_a_lake_rolled_back_is_re_tiered_from_the_stream_nothing_skipped(server, workers, hive_cursor, db, spark):
+    from tierlake.server.runtime.session import iceberg_table
+
+    stream, lake = f"{db}.rolled", f"{db}_lake.rolled"
+    run(hive_cursor, f"CREATE TABLE {stream} (id BIGINT) TBLPROPERTIES "
+                     "('table.datalake.enabled'='true', 'table.datalake.freshness'='1 s')")
+    run(hive_cursor, f"INSERT INTO {stream} VALUES (1)")
+    wait_tiered(server, stream)
+    first = iceberg_table(spark, lake).currentSnapshot().snapshotId()
+    run(hive_cursor, f"INSERT INTO {stream} VALUES (2)")
+    wait_tiered(server, stream)
+    spark.sql(f"CALL spark_catalog.system.rollback_to_snapshot('{lake}', {first})")
+    run(hive_cursor, f"INSERT INTO {stream} VALUES (3)")
+    make_due(server, stream)
+    wait_tiered(server, stream)
+    assert lake_ids(hive_cursor, lake) == [1, 2, 3]
