@@ -36,6 +36,7 @@ def heartbeat(
     finished_tables: list[FinishedEntry] = (),
     failed_tables: list[FailedEntry] = (),
     request_table: bool = False,
+    job_started: bool = False,
 ):
     """A tiering job's heartbeat: report progress, results and failures; ask for a table.
 
@@ -50,12 +51,15 @@ def heartbeat(
       finished_tables: finished rounds with force_finished flag, rows, bytes, files and the tiered_position reached
       failed_tables: failed rounds with an optional error_message
       request_table: assign a Pending table to this job if there is one
+      job_started: the job's first heartbeat since it started: tables still assigned to job_id from an
+        earlier run of the job (killed, or stopped without finishing) are released at once (outcome
+        'abandoned', their epoch fenced) instead of after the heartbeat timeout
     """
     if not job_id.strip():
         raise InvalidArgumentError("parameter 'job_id' must not be empty")
     answers = coordinator(ctx).heartbeat(
         job_id, list(tiering_tables), list(finished_tables), list(failed_tables), request_table,
-        refresh_properties=refresher(ctx.spark),
+        refresh_properties=refresher(ctx.spark), job_started=job_started,
     )
     return [a.row() for a in answers]
 

@@ -33,6 +33,8 @@ from tierlake.server.sqlapi.registry import default as default_registry
 from tierlake.udfs import load_builtins as load_udfs
 
 log = logging.getLogger("tierlake.server")
+# How long a stop waits for statements already running to end and be answered.
+GATEWAY_DRAIN_S = 30.0
 
 
 def gateway_from_config(config: Config, handler: Any, backend_port: int, registry: Any = None,
@@ -217,7 +219,10 @@ class Server:
         if self._stopped.is_set():
             return
         self._stopped.set()
+        log.info("stopping: no new statements; finishing the running ones and the running rounds")
         for step, action in (
+            # First: no new work, and every statement already running answered (committed → success).
+            ("gateway", lambda: self.gateway and self.gateway.drain(GATEWAY_DRAIN_S)),
             ("KV maintenance", lambda: self.kv_maintenance and self.kv_maintenance.stop()),
             ("tiering workers", self._stop_workers),
             ("fresh-view re-pins", fresh_view.stop_repins),

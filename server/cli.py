@@ -32,8 +32,6 @@ def _server(args: argparse.Namespace) -> int:
     out = os.fdopen(saved_out, "w", buffering=1)
     err = os.fdopen(saved_err, "w", buffering=1)
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     server = Server(config)
     try:
         server.start()
@@ -43,10 +41,29 @@ def _server(args: argparse.Namespace) -> int:
     except Exception as e:  # noqa: BLE001 - startup failure: say where the details are
         print(f"tierlake: startup failed: {e}\n(details in {config.logs_dir})", file=err)
         return 1
+    _on_stop_signals(stop)
     print(f"tierlake ready: {server.jdbc_url}", file=out)
     stop.wait()
     server.stop()
     return 0
+
+
+def _on_stop_signals(stop: threading.Event) -> None:
+    """SIGINT and SIGTERM set ``stop``: the main thread then stops the server in order and exits 0.
+
+    Installed after the SparkContext exists: pyspark's own SIGINT handler
+    (installed when it starts) cancels every Spark job and raises
+    KeyboardInterrupt in the main thread, which cut rounds mid-MERGE and made
+    the worker fail with "cannot schedule new futures after shutdown"."""
+    import logging
+
+    def handler(signum, _frame):
+        if not stop.is_set():
+            logging.getLogger("tierlake.server").info("%s received: stopping", signal.Signals(signum).name)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handler)
 
 
 def _tiering_service(args: argparse.Namespace) -> int:
@@ -61,8 +78,6 @@ def _tiering_service(args: argparse.Namespace) -> int:
     out = os.fdopen(redirect_console(config.logs_dir), "w", buffering=1)
     err = os.fdopen(saved_err, "w", buffering=1)
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     from tierlake.server.clients.jdbc import resolve_password
 
     password = resolve_password(args.password, config.text("tierlake.client.password-file"))
@@ -76,6 +91,7 @@ def _tiering_service(args: argparse.Namespace) -> int:
     except Exception as e:  # noqa: BLE001
         print(f"tierlake: tiering service failed to start: {e}\n(details in {config.logs_dir})", file=err)
         return 1
+    _on_stop_signals(stop)
     print(f"tierlake tiering-service ready: jobs {', '.join(w.job_id for w in service.workers)} -> {args.url}",
           file=out)
     stop.wait()

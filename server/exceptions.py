@@ -216,6 +216,15 @@ class OperationCancelledError(TierlakeError):
     error_code = 2100
 
 
+class ServerStoppingError(TierlakeError):
+    """The server is stopping (SIGINT/SIGTERM): statements already running are
+    finished and answered, a new one is refused and was not run — send it
+    again once the server is back."""
+
+    sqlstate = "57P01"
+    error_code = 2101
+
+
 class UnsupportedFeatureError(TierlakeError):
     """The server does not support what was asked (e.g. KV snapshot leases on a
     server whose sys schema predates them)."""

@@ -165,14 +165,17 @@ def tierlake_command() -> list[str]:
     return [sys.executable, "-m", "tierlake.server.cli"]
 
 
-def start_server_process(home, port: int, conf: list[str], workers: int = 0, fault: str | None = None):
+def start_server_process(home, port: int, conf: list[str], workers: int = 0, fault: str | None = None,
+                         env: dict[str, str] | None = None, own_group: bool = False):
     """``tierlake server`` in a subprocess, returned once it printed its ready
-    line; ``fault`` sets TIERLAKE_FAULT (server/faults.py)."""
+    line; ``fault`` sets TIERLAKE_FAULT (server/faults.py), ``env`` more
+    variables; ``own_group``: in a process group of its own (a test signals the group)."""
     args = tierlake_command() + ["server", "--home", str(home), "--port", str(port), "--workers", str(workers)]
     for c in conf:
         args += ["--conf", c]
-    env = subprocess_env(**({"TIERLAKE_FAULT": fault} if fault else {}))
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    env = subprocess_env(**({"TIERLAKE_FAULT": fault} if fault else {}), **(env or {}))
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=own_group)
     line = proc.stdout.readline()
     assert line.startswith("tierlake ready:"), (line, proc.stderr.read() if proc.poll() is not None else "")
     return proc

@@ -19,7 +19,6 @@ failure.
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -57,40 +56,28 @@ BUCKETED_MERGE_CONF = {
     "spark.sql.requireAllClusterKeysForCoPartition": "false",
     "spark.sql.sources.v2.bucketing.partiallyClusteredDistribution.enabled": "false",
 }
-_bucketed_lock = threading.Lock()
-_bucketed_users: dict[int, tuple[int, dict[str, str | None]]] = {}  # id(session): (statements, values before)
 
 
 @contextmanager
 def bucketed_merge(spark: Any) -> Iterator[None]:
-    """:data:`BUCKETED_MERGE_CONF` on ``spark`` while any statement in it needs it.
+    """:data:`BUCKETED_MERGE_CONF` on ``spark`` for the statements inside; what was there before after.
 
-    The settings are session-wide (a per-statement hint does not exist), and a
-    job's threads share the server's session: the first statement sets them,
-    the last one restores what was there before. A statement of another
-    thread planned meanwhile may use them too; they change plans, not results.
+    The settings are session-wide (a per-statement hint does not exist). A
+    round runs in its own session (``session.private_session``, one per round
+    thread), so no other round, no client session and not this round's own
+    retry without them plans under them.
     """
-    key = id(spark)
-    with _bucketed_lock:
-        count, before = _bucketed_users.get(key, (0, {}))
-        if count == 0:
-            before = {k: spark.conf.get(k, None) for k in BUCKETED_MERGE_CONF}
-            for k, v in BUCKETED_MERGE_CONF.items():
-                spark.conf.set(k, v)
-        _bucketed_users[key] = (count + 1, before)
+    before = {k: spark.conf.get(k, None) for k in BUCKETED_MERGE_CONF}
+    for k, v in BUCKETED_MERGE_CONF.items():
+        spark.conf.set(k, v)
     try:
         yield
     finally:
-        with _bucketed_lock:
-            count, before = _bucketed_users.pop(key)
-            if count > 1:
-                _bucketed_users[key] = (count - 1, before)
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
             else:
-                for k, v in before.items():
-                    if v is None:
-                        spark.conf.unset(k)
-                    else:
-                        spark.conf.set(k, v)
+                spark.conf.set(k, v)
 
 
 class _Callable:
@@ -317,8 +304,7 @@ class ChangelogWrite:
         MERGE that fails before its commit committed nothing, so it runs again
         the way Spark plans it by default. Not after the changelog guard (the
         chunk itself is refused) nor after a commit error (the commit may have
-        happened). Another thread's bucketed MERGE may keep the settings on
-        meanwhile: the retry then plans as the first try did.
+        happened). The round's session is its own, so the retry plans without them.
         """
         try:
             with bucketed_merge(self.spark):

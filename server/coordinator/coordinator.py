@@ -230,7 +230,8 @@ class Coordinator:
                 changed.add(table_id)
 
     def heartbeat(self, job_id: str, tiering, finished, failed, request_table: bool,
-                  refresh_properties: Callable[[TableState], None] | None = None) -> list[sm.Answer]:
+                  refresh_properties: Callable[[TableState], None] | None = None,
+                  job_started: bool = False) -> list[sm.Answer]:
         """``CALL sys.heartbeat``: see :func:`server.statemachine.heartbeat`."""
 
         # Re-reading a finished table's properties loads its Iceberg metadata: done
@@ -249,7 +250,7 @@ class Coordinator:
                 if table_id in states:
                     states[table_id].properties = dict(properties)
             out = sm.heartbeat(states, job_id, tiering, finished, failed, request_table, now,
-                               self.policy, self.liveness)
+                               self.policy, self.liveness, job_started=job_started)
             self._persist_liveness(states, out.changed)
             return out, bool(out.changed), out.rounds
 

@@ -346,14 +346,27 @@ def heartbeat(
     now: datetime,
     policy: Policy,
     liveness: dict[int, datetime] | None = None,
+    job_started: bool = False,
 ) -> Outcome:
     """Handle one heartbeat: failed, in-progress, finished, then assignment.
 
     Each entry is answered on its own; a bad entry never fails the others.
     ``liveness`` receives the renewal time of in-progress tables.
+    ``job_started``: the job's first heartbeat since it (re)started; a table
+    still assigned to it that it does not report was abandoned by its earlier
+    run (a crash, an unclean stop) and is re-queued at once, its epoch fenced,
+    instead of waiting out the heartbeat timeout.
     """
     out = Outcome()
     liveness = liveness if liveness is not None else {}
+    if job_started:
+        reported = {e.table_id for group in (failed, tiering, finished) for e in group}
+        for state in states.values():
+            if state.status is Status.TIERING and state.job_id == job_id and state.table_id not in reported:
+                fail(state, f"tiering job {job_id} restarted while it tiered this table (epoch "
+                            f"{state.tiering_epoch}); the round was abandoned and the table re-queued",
+                     now, policy, out, outcome="abandoned", requeue_now=True)
+                liveness.pop(state.table_id, None)
 
     def answer(kind: str, table_id: int, epoch: int, action) -> None:
         try:

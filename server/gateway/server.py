@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from TCLIService import TCLIService, ttypes
 from thrift.Thrift import TApplicationException, TMessageType
 
-from tierlake.server.exceptions import TierlakeError
+from tierlake.server.exceptions import ServerStoppingError, TierlakeError
 from tierlake.server.gateway import rawmethods
 from tierlake.server.gateway.protocol import (
     DEFAULT_MAX_MESSAGE,
@@ -64,6 +64,13 @@ ASYNC_GRACE_S = 1.0
 # GetOperationStatus on a running local statement waits this long for it to
 # end (long polling, as Spark's Thrift Server does).
 STATUS_LONG_POLL_S = 1.0
+# What a stopping gateway refuses (new work); everything else — status polls, fetches, closes —
+# is served so that statements already running are answered.
+STARTS_WORK = frozenset({"ExecuteStatement", "OpenSession", "GetTypeInfo", "GetCatalogs", "GetSchemas", "GetTables",
+                         "GetTableTypes", "GetColumns", "GetFunctions", "GetPrimaryKeys", "GetCrossReference"})
+_TERMINAL = frozenset({ttypes.TOperationState.FINISHED_STATE, ttypes.TOperationState.ERROR_STATE,
+                       ttypes.TOperationState.CANCELED_STATE, ttypes.TOperationState.CLOSED_STATE,
+                       ttypes.TOperationState.TIMEDOUT_STATE})
 
 
 class _BackendError(Exception):
@@ -91,6 +98,7 @@ class _LocalOperation:
     failure: ttypes.TStatus | None = None
     completed_ms: int = 0
     cursor: int = 0
+    reported: bool = False  # the client has seen how it ended (a stopping gateway waits for that)
 
     @property
     def state(self) -> int:
@@ -116,6 +124,9 @@ class _Connection:
         self.operations: dict[bytes, _LocalOperation] = {}
         self._closing = False
         self._close_after_reply = False
+        self._handling = False  # a request read and not answered yet
+        # Statements the backend runs, by operation guid → session guid, until the client saw them end.
+        self.relayed: dict[bytes, bytes] = {}
         self._intercepts: dict[str, Callable[[RawMessage], bytes | None]] = {
             "OpenSession": self._open_session,
             "CloseSession": self._close_session,
@@ -194,12 +205,21 @@ class _Connection:
             if msg is None:
                 log.debug("client %s disconnected", self.address)
                 return
-            reply = self._handle(msg)
-            if reply is not None:
-                self.client.write(reply)
-                self.client.flush()
+            self._handling = True
+            try:
+                reply = self._handle(msg)
+                if reply is not None:
+                    self.client.write(reply)
+                    self.client.flush()
+            finally:
+                self._handling = False
             if self._close_after_reply:
                 return
+
+    def quiet(self) -> bool:
+        """Nothing in flight: no request being answered, no statement whose end the client has not seen."""
+        return (not self._handling and not self.relayed
+                and all(op.reported for op in list(self.operations.values())))
 
     def close(self) -> None:
         """Close both sockets and forget local state. Safe from any thread and
@@ -262,6 +282,12 @@ class _Connection:
             refusal = self._refuse_unchecked(msg)
             if refusal is not None:
                 return refusal
+        if self.gateway.draining and msg.name in STARTS_WORK:
+            refusal = ServerStoppingError("tierlake is stopping: this request was not run; send it again once "
+                                          "the server is back")
+            if msg.name in rawmethods.ARGS:
+                return self._application_error(msg, TApplicationException.INTERNAL_ERROR, refusal.message)
+            return self._error_reply(msg, refusal.message, refusal.sqlstate, refusal.error_code)
         intercept = self._intercepts.get(msg.name)
         if intercept is not None:
             try:
@@ -274,7 +300,30 @@ class _Connection:
             if reply is not None:
                 return reply
         reply_msg = self._relay(msg)
+        if reply_msg is not None:
+            self._track_relayed(msg, reply_msg)
         return reply_msg.data if reply_msg is not None else None
+
+    def _track_relayed(self, msg: RawMessage, reply: RawMessage) -> None:
+        """Remember the backend's statements until the client saw them end (a stopping gateway waits)."""
+        if reply.mtype != TMessageType.REPLY:
+            return
+        try:
+            if msg.name == "ExecuteStatement":
+                request = decode_body(msg, TCLIService.ExecuteStatement_args).req
+                response = decode_body(reply, TCLIService.ExecuteStatement_result).success
+                if response is not None and response.operationHandle is not None:
+                    self.relayed[response.operationHandle.operationId.guid] = request.sessionHandle.sessionId.guid
+            elif self.relayed and msg.name in ("GetOperationStatus", "CloseOperation", "CancelOperation"):
+                request = decode_body(msg, getattr(TCLIService, f"{msg.name}_args")).req
+                guid = request.operationHandle.operationId.guid
+                if guid in self.relayed and msg.name == "GetOperationStatus":
+                    response = decode_body(reply, TCLIService.GetOperationStatus_result).success
+                    if response is None or response.operationState not in _TERMINAL:
+                        return
+                self.relayed.pop(guid, None)
+        except Exception:
+            log.debug("cannot track %s of %s", msg.name, self.address, exc_info=True)
 
     def _relay(self, msg: RawMessage) -> RawMessage | None:
         try:
@@ -374,6 +423,8 @@ class _Connection:
                 sessions.forget(guid)
             for op_guid in [g for g, op in self.operations.items() if op.session_guid == guid]:
                 self.operations.pop(op_guid).control.cancel()
+            for op_guid in [g for g, s in self.relayed.items() if s == guid]:
+                self.relayed.pop(op_guid, None)
         return reply.data
 
     # -- local statements ---------------------------------------------------
@@ -444,6 +495,7 @@ class _Connection:
         if op.done.is_set() and op.failure is not None:
             self.operations.pop(guid, None)
             return ttypes.TExecuteStatementResp(status=op.failure)
+        op.reported = not run_async  # a synchronous statement's reply is its outcome
         self.operations[guid] = op
         handle = ttypes.TOperationHandle(
             operationId=ttypes.THandleIdentifier(guid=guid, secret=secret),
@@ -481,6 +533,8 @@ class _Connection:
             return None
         op.done.wait(STATUS_LONG_POLL_S)
         state = op.state
+        if state in _TERMINAL:
+            op.reported = True
         response = ttypes.TGetOperationStatusResp(
             status=ok_status(), operationState=state, hasResultSet=op.failure is None,
             operationStarted=op.started_ms, operationCompleted=op.completed_ms or None)
@@ -630,6 +684,7 @@ class Gateway:
         self._sock: socket.socket | None = None
         self._accept_thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._draining = threading.Event()
         self._lock = threading.Lock()
         self._connections: dict[_Connection, threading.Thread] = {}
         self._counter = 0
@@ -663,8 +718,28 @@ class Gateway:
         )
         return self
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop accepting and close every client connection."""
+    @property
+    def draining(self) -> bool:
+        return self._draining.is_set()
+
+    def drain(self, timeout: float = 30.0) -> bool:
+        """Stop accepting, refuse new work (:class:`ServerStoppingError`), and wait up to ``timeout``
+        until every statement already running has ended and its client has seen how: a write that
+        committed is answered as a success, not cut off. True if everything was answered."""
+        self._draining.set()
+        self._stop_accepting(timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                busy = [c for c in self._connections if not c.quiet()]
+            if not busy or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        if busy:
+            log.warning("gateway stopping with %d connection(s) still busy after %.0f s", len(busy), timeout)
+        return not busy
+
+    def _stop_accepting(self, timeout: float) -> None:
         if self._sock is None:
             return
         self._stopping.set()
@@ -672,6 +747,12 @@ class Gateway:
             self._accept_thread.join(timeout)
         self._sock.close()
         self._sock = None
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop accepting and close every client connection."""
+        if self._sock is None and not self._draining.is_set():
+            return
+        self._stop_accepting(timeout)
         with self._lock:
             connections = list(self._connections.items())
         for conn, _ in connections:

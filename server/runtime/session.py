@@ -196,6 +196,26 @@ def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
     return settings
 
 
+def _start_jvm(master: str, settings: dict[str, str]) -> None:
+    """Start the driver JVM in a process group of its own (pyspark would start it in ours).
+
+    A SIGTERM to the whole group (systemd's stop, a terminal's kill of the job)
+    would otherwise reach the JVM too, which shuts Spark down at once while
+    the Python side still stops in order: heartbeats then failed with
+    "V1Table(sys.tiering_tables) is not an Iceberg table" and rounds were cut
+    mid-MERGE. The JVM still dies with this process: pyspark's gateway exits
+    when its stdin pipe closes, also after ``kill -9``."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._active_spark_context is not None:
+        return
+    conf = SparkConf().setMaster(master).set("spark.sql.catalogImplementation", "hive")
+    conf.setAll(list(settings.items()))
+    gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+    SparkContext(conf=conf, gateway=gateway)
+
+
 def build_spark(config: Config, thrift_port: int, owns_metastore: bool = True) -> Any:
     """Create the SparkSession (the JVM starts here).
 
@@ -209,8 +229,10 @@ def build_spark(config: Config, thrift_port: int, owns_metastore: bool = True) -
     # Executors of a cluster master start Python workers with this
     # interpreter; the default "python3" may lack pyspark.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    settings = spark_settings(config, thrift_port)
+    _start_jvm(config.text("tierlake.master"), settings)
     builder = SparkSession.builder.master(config.text("tierlake.master"))
-    for key, value in spark_settings(config, thrift_port).items():
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.enableHiveSupport().getOrCreate()
     log.info("SparkSession started: Spark %s, master %s", spark.version, spark.sparkContext.master)
@@ -236,6 +258,24 @@ def start_thrift_server(spark: Any, secret: str) -> Any:
         spark._jsparkSession.sqlContext()
     )
     return server
+
+
+def private_session(spark: Any) -> Any:
+    """A session of its own for one thread's work (a tiering round), cloned from ``spark``.
+
+    Cloned, not new: it starts with everything the server's session has
+    (runtime settings, registered functions), then settings it changes
+    (the bucketed MERGE's storage-partitioned join), its temp views and its
+    active-session binding stay its own; no other round and no client
+    session sees them. SparkContext, catalogs' metastore clients and cached
+    data are shared."""
+    from pyspark.sql import SparkSession
+
+    jvm = spark.sparkContext._jvm
+    # cloneSession is private[sql] in Scala but public in the bytecode, as pyspark's py4j calls see it.
+    session = SparkSession(spark.sparkContext, spark._jsparkSession.cloneSession())
+    jclass("org.apache.spark.sql.SparkSession", jvm).setActiveSession(session._jsparkSession)
+    return session
 
 
 def iceberg_table(spark: Any, name: str) -> Any:

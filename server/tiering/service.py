@@ -75,3 +75,4 @@ class TieringService:
             self.spark.stop()
             self.spark = None
         self.lock.release()
+        log.info("stopped")

@@ -26,8 +26,8 @@ from tierlake.server.coordinator.registration import registered_record
 from tierlake.server.exceptions import FencedEpochError, TierlakeError
 from tierlake.server.runtime import faults
 from tierlake.server.runtime.config import Config
-from tierlake.server.runtime.jvm import string_map
-from tierlake.server.runtime.session import TIERING_POOL, iceberg_table
+from tierlake.server.runtime.jvm import jclass, string_map
+from tierlake.server.runtime.session import TIERING_POOL, iceberg_table, private_session
 from tierlake.server.tiering import snapshot_split, table_maintenance
 from tierlake.server.tiering.round import run_round
 
@@ -91,6 +91,7 @@ class Worker(threading.Thread):
         self._count_lock = threading.Lock()
         self.hook = None  # tests: called with the name of each round step
         self.leases = snapshot_split.JobLeases(client, job_id)
+        self._sessions = threading.local()  # each round thread's own Spark session (session.private_session)
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -99,12 +100,18 @@ class Worker(threading.Thread):
         log.info("tiering worker %s started (up to %d tables at once)", self.job_id, self.tables_per_job)
         self.leases.drop_stale()
         slots = threading.BoundedSemaphore(self.tables_per_job)
+        started = True  # the first heartbeat releases what an earlier run of this job left assigned
         with ThreadPoolExecutor(self.tables_per_job, thread_name_prefix=f"round-{self.job_id[:16]}") as pool:
             while not self.stop_event.is_set():
                 if not slots.acquire(timeout=self.poll_interval):
                     continue  # every slot busy
                 try:
-                    rows = self.client.call("heartbeat", job_id=self.job_id, request_table=True)
+                    if started:
+                        rows = self.client.call("heartbeat", job_id=self.job_id, request_table=True,
+                                                job_started=True)
+                        started = False
+                    else:
+                        rows = self.client.call("heartbeat", job_id=self.job_id, request_table=True)
                 except Exception:
                     slots.release()
                     log.warning("heartbeat failed", exc_info=True)
@@ -127,7 +134,7 @@ class Worker(threading.Thread):
             self.most_at_once = max(self.most_at_once, self._running)
         try:
             self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", TIERING_POOL)
-            self.tier(table_id, path, epoch)
+            self.tier(table_id, path, epoch, self.round_session())
         except Exception:  # tier() reports its own failures: this is a last resort
             log.exception("round of %s ended abnormally", path)
         finally:
@@ -135,8 +142,22 @@ class Worker(threading.Thread):
                 self._running -= 1
             slots.release()
 
-    def tier(self, table_id: int, path: str, epoch: int) -> None:
-        """One round for one table; always ends in finished, failed or fenced."""
+    def round_session(self) -> Any:
+        """This round thread's Spark session, made on its first round: rounds running side by side
+        never share settings or temp views, nor with client sessions."""
+        session = getattr(self._sessions, "spark", None)
+        if session is None:
+            session = self._sessions.spark = private_session(self.spark)
+        else:
+            jclass("org.apache.spark.sql.SparkSession", self.spark.sparkContext._jvm).setActiveSession(
+                session._jsparkSession)
+        return session
+
+    def tier(self, table_id: int, path: str, epoch: int, spark: Any = None) -> None:
+        """One round for one table; always ends in finished, failed or fenced.
+
+        ``spark``: the session the round runs in (the round thread's own; the server's if None)."""
+        spark = spark if spark is not None else self.spark
         renewer = _Renewer(self, table_id, epoch)
         renewer.start()
         entry = {"table_id": table_id, "tiering_epoch": epoch}
@@ -148,23 +169,23 @@ class Worker(threading.Thread):
 
         try:
             stream = parse_table_path(path)
-            stream_table = iceberg_table(self.spark, stream.quoted)
+            stream_table = iceberg_table(spark, stream.quoted)
             props = string_map(stream_table.properties())
             lake = lake_of(self.config, stream, props)  # the lake table the stream was registered with
             # Loaded once for the whole round (server/changelog/round_tables.py).
-            tables = RoundTables(self.spark, stream, lake, stream_table=stream_table, stream_properties=props)
+            tables = RoundTables(spark, stream, lake, stream_table=stream_table, stream_properties=props)
             spec = TieredSpec.from_properties(props)
             max_round = P.read(props, P.MAX_ROUND)
             chunk_rows = P.read(props, P.CHUNK_ROWS, self.config)
-            record = registered_record(self.spark, table_id)  # cross-checked with the lake and the stream
+            record = registered_record(spark, table_id)  # cross-checked with the lake and the stream
             registered = None if record is None else Registered(*record)
-            plan = snapshot_split.plan_and_lease(self.spark, self.leases, path, stream, lake, spec, registered,
+            plan = snapshot_split.plan_and_lease(spark, self.leases, path, stream, lake, spec, registered,
                                                  tables)
-            result = run_round(self.spark, plan, table_id, epoch, self.job_id, check_epoch,
+            result = run_round(spark, plan, table_id, epoch, self.job_id, check_epoch,
                                max_round.total_seconds(), chunk_rows, hook=self.hook, defer_repin=True)
             try:
                 # Still inside the assignment: no round of this table can race it.
-                table_maintenance.after_round(self.spark, self.client, self.job_id, table_id, epoch, stream,
+                table_maintenance.after_round(spark, self.client, self.job_id, table_id, epoch, stream,
                                               lake, props, result.end_position, tables.data_files())
                 renewer.done.set()
                 self.client.call("heartbeat", job_id=self.job_id, finished_tables=[dict(
@@ -175,7 +196,7 @@ class Worker(threading.Thread):
                     # After the report, not before it: the re-pin's view commit and metastore update,
                     # run at once, held up the coordinator's state commit (a primary-key round's
                     # finishing heartbeat took 151 ms p50 with it, 89 ms without).
-                    fresh_view.after_lake_commit(self.spark, plan)
+                    fresh_view.after_lake_commit(spark, plan)
             self.leases.release(path)
             with self._count_lock:
                 self.rounds += 1

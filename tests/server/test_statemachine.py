@@ -253,3 +253,23 @@ def test_disable_closes_the_round_in_progress():
     # An idle table: no job, no start time.
     idle = sm.disable(table(status=Status.SCHEDULED), T0)
     assert (idle.job_id, idle.started_at, idle.duration_ms, idle.outcome) == (None, None, None, "disabled")
+
+
+def test_a_restarted_job_releases_what_its_earlier_run_left_at_once():
+    states = {
+        1: table(1, status=Status.TIERING, tiering_epoch=3, job_id="job-7", last_heartbeat=T0),
+        2: table(2, status=Status.TIERING, tiering_epoch=5, job_id="job-8", last_heartbeat=T0),
+        3: table(3, status=Status.TIERING, tiering_epoch=1, job_id="job-7", last_heartbeat=T0),
+    }
+    now = T0 + timedelta(seconds=1)  # long before the heartbeat timeout
+    out = sm.heartbeat(states, "job-7", [TieringEntry(3, 1)], [], [], False, now, POLICY, job_started=True)
+    s = states[1]
+    assert s.status is Status.PENDING and s.tiering_epoch == 4 and s.job_id is None  # the old epoch is fenced
+    assert "tiering job job-7 restarted while it tiered this table (epoch 3)" in s.last_error
+    assert [r.outcome for r in out.rounds] == ["abandoned"]
+    assert states[2].status is Status.TIERING  # another job's table
+    assert states[3].status is Status.TIERING  # one the job reports it still tiers
+    # Without the flag a heartbeat leaves unreported tables alone (a round may be starting).
+    states[4] = table(4, status=Status.TIERING, tiering_epoch=1, job_id="job-7", last_heartbeat=T0)
+    sm.heartbeat(states, "job-7", [], [], [], False, now, POLICY)
+    assert states[4].status is Status.TIERING

@@ -1,0 +1,96 @@
+"""Stopping the server mid-round with writers inserting: SIGINT, SIGTERM to the
+process, SIGTERM to its whole process group (as systemd sends it) stop it in
+order and exit 0 with ``stopped`` in the log; after ``kill -9`` as after a clean
+stop, the restarted job releases the round it owned at once (not after the
+heartbeat timeout), and every acknowledged row is tiered exactly once.
+
+Each case runs its own ``tierlake server`` in a process group of its own."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from tests.conftest import free_port, start_server_process, stop_process
+from tests.server.ingest.test_ingest_durability import TABLES, Writer, create_tables, expected_ids, query, resend
+
+pytestmark = pytest.mark.integration
+
+# Long enough that only the restarted job's release can free a round its earlier run owned in time.
+CONF = ["tierlake.tiering.heartbeat-timeout=10 min"]
+
+
+def log_text(home) -> str:
+    path = home / "logs" / "tierlake.log"
+    return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGTERM to the group", "kill -9"])
+def test_a_stop_mid_round_with_writers_loses_nothing(tmp_path, how):
+    port, home, resume = free_port(), tmp_path / "home", tmp_path / "resume"
+    # Every round waits before its lake commit until `resume` exists: the stop lands mid-round.
+    pause = {"TIERLAKE_FAULT_PAUSE": "before-commit", "TIERLAKE_FAULT_RESUME": str(resume)}
+    server = start_server_process(home, port, CONF, workers=1, env=pause, own_group=True)
+    try:
+        create_tables(port)
+        writers = [Writer(port, table, n) for n, table in enumerate(list(TABLES) * 2)]
+        for w in writers:
+            w.start()
+        wait_for(lambda: "paused at before-commit" in log_text(home)
+                 and sum(len(w.acked) for w in writers) >= 20, 120, "a round in progress and acknowledged writes")
+        if how == "SIGINT":
+            os.kill(server.pid, signal.SIGINT)
+        elif how == "SIGTERM":
+            os.kill(server.pid, signal.SIGTERM)
+        elif how == "SIGTERM to the group":
+            os.killpg(server.pid, signal.SIGTERM)
+        else:
+            os.kill(server.pid, signal.SIGKILL)
+        if how != "kill -9":
+            time.sleep(1)
+            resume.touch()  # the running round goes on to its lake commit while the server stops
+        status = server.wait(timeout=300)
+        for w in writers:
+            w.stop.set()
+            w.join(timeout=60)
+        resume.touch()
+        if how == "kill -9":
+            assert status == -signal.SIGKILL
+        else:
+            assert status == 0, server.stderr.read()[-5000:]
+            lines = log_text(home).strip().splitlines()
+            assert lines[-1].endswith("stopped"), lines[-5:]
+            assert f"{how.split()[0]} received: stopping" in log_text(home)
+            assert "cannot schedule new futures" not in log_text(home)
+            assert "is not an Iceberg table" not in log_text(home)
+
+        server = start_server_process(home, port, CONF, workers=1, own_group=True)
+        for w in writers:  # the statement each writer had in flight, sent again with its request id
+            resend(port, w, w.acked[-1:] + w.unknown)
+        for table in TABLES:
+            ids = sorted(r[0] for r in query(port, f"SELECT id FROM {table}"))
+            assert ids == expected_ids(writers, table), f"{table}: an acknowledged row lost or written twice"
+        # Far sooner than the 10-minute heartbeat timeout: the restarted job released its old round.
+        lake = "shop_lake.{}"
+        wait_for(lambda: all(sorted(r[0] for r in query(port, f"SELECT id FROM {lake.format(t.split('.')[1])}"))
+                             == expected_ids(writers, t) for t in TABLES), 90, "every row tiered once")
+        rows = query(port, "SELECT status FROM sys.lake_tiering_status")
+        assert all(r[0] != "Failed" for r in rows), rows
+        outcomes = [r[0] for r in query(port, "SELECT outcome FROM sys.tiering_rounds")]
+        if how == "kill -9":
+            assert "abandoned" in outcomes, outcomes
+    finally:
+        stop_process(server)
