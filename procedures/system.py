@@ -52,16 +52,24 @@ def describe_procedure(ctx: Context, name: str):
 
 @registry.procedure(returns=[("key", "string"), ("value", "string")], role=READER, read_only=True)
 def server_info(ctx: Context):
-    """Where this server's pieces are: JDBC URL, metastore, warehouse, workers.
+    """Where this server's pieces are: JDBC URL, metastore, warehouse, workers, commit protocol.
 
     tierlake tiering-service processes read the metastore (the Thrift
     service's URI, or the shared database's JDBC URL, never its credentials)
-    and the warehouse from here.
+    and the warehouse from here. commit_protocol says how Iceberg commits are
+    serialised: the embedded metastore's compare-and-set, or Iceberg's
+    metastore locks (a shared database or a remote metastore service).
     """
     from tierlake.server.runtime.metastore import metastore_db
 
     conf = ctx.spark.sparkContext.getConf()
     db = metastore_db(ctx.config)
+    remote = conf.get("spark.hadoop.hive.metastore.uris")
+    if conf.get("spark.hadoop.iceberg.engine.hive.lock-enabled") == "false":
+        protocol = "compare-and-set (the embedded metastore runs in this server)"
+    else:
+        where = f"the metastore service {remote}" if remote else f"shared database {db.display_url}"
+        protocol = f"metastore locks ({where})"
     return [
         ("jdbc_url", ctx.jdbc_url),
         ("metastore_uri", ctx.metastore_uri),
@@ -69,4 +77,5 @@ def server_info(ctx: Context):
         ("warehouse", conf.get("spark.sql.warehouse.dir")),
         ("master", ctx.spark.sparkContext.master),
         ("tiering_workers", str(ctx.tiering_workers)),
+        ("commit_protocol", protocol),
     ]

@@ -19,6 +19,7 @@ failure.
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -58,26 +59,47 @@ BUCKETED_MERGE_CONF = {
 }
 
 
+_bucketed_lock = threading.Lock()
+_bucketed_users: dict[int, tuple[int, dict[str, str | None]]] = {}  # id(session): (statements, values before)
+
+
 @contextmanager
 def bucketed_merge(spark: Any) -> Iterator[None]:
-    """:data:`BUCKETED_MERGE_CONF` on ``spark`` for the statements inside; what was there before after.
+    """:data:`BUCKETED_MERGE_CONF` on ``spark`` while any statement in it needs it.
 
     The settings are session-wide (a per-statement hint does not exist). A
-    round runs in its own session (``session.private_session``, one per round
-    thread), so no other round, no client session and not this round's own
-    retry without them plans under them.
+    tiering round runs in a session of its own (``session.private_session``,
+    one per round thread), so no other round, no client session and not the
+    round's own retry without them plans under them. Where threads share a
+    session (an atomic CTAS in the server's), the first statement sets them
+    and the last one restores what was there before.
     """
-    before = {k: spark.conf.get(k, None) for k in BUCKETED_MERGE_CONF}
-    for k, v in BUCKETED_MERGE_CONF.items():
-        spark.conf.set(k, v)
+    key = id(spark)
+    with _bucketed_lock:
+        count, before = _bucketed_users.get(key, (0, {}))
+        if count == 0:
+            before = {k: spark.conf.get(k, None) for k in BUCKETED_MERGE_CONF}
+            for k, v in BUCKETED_MERGE_CONF.items():
+                spark.conf.set(k, v)
+        _bucketed_users[key] = (count + 1, before)
     try:
         yield
     finally:
-        for k, v in before.items():
-            if v is None:
-                spark.conf.unset(k)
+        with _bucketed_lock:
+            count, before = _bucketed_users.pop(key)
+            if count > 1:
+                _bucketed_users[key] = (count - 1, before)
             else:
-                spark.conf.set(k, v)
+                restore(spark, before)
+
+
+def restore(spark: Any, values: dict[str, str | None]) -> None:
+    """Set ``values`` on ``spark``'s session; None unsets a key."""
+    for k, v in values.items():
+        if v is None:
+            spark.conf.unset(k)
+        else:
+            spark.conf.set(k, v)
 
 
 class _Callable:

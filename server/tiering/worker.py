@@ -18,7 +18,7 @@ from tierlake.server.catalog import properties as P
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import parse_table_path
 from tierlake.server.catalog.tiered_tables import lake_of
-from tierlake.server.changelog import fresh_view
+from tierlake.server.changelog import fresh_view, lake_write
 from tierlake.server.changelog.planner import Registered
 from tierlake.server.changelog.round_tables import RoundTables
 from tierlake.server.clients.procedure_client import LocalClient
@@ -148,6 +148,8 @@ class Worker(threading.Thread):
         session = getattr(self._sessions, "spark", None)
         if session is None:
             session = self._sessions.spark = private_session(self.spark)
+            # Cloned from a session another thread may be planning a bucketed MERGE in right now.
+            lake_write.restore(session, {k: None for k in lake_write.BUCKETED_MERGE_CONF})
         else:
             jclass("org.apache.spark.sql.SparkSession", self.spark.sparkContext._jvm).setActiveSession(
                 session._jsparkSession)

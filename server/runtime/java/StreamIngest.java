@@ -72,12 +72,14 @@ import scala.runtime.AbstractPartialFunction;
  *
  * <p>A statement whose rows Spark's optimizer folds into a local relation
  * (plain {@code VALUES}, literals, casts) is written here without a Spark
- * job: its rows go to Parquet data files through Iceberg's Spark value
- * writers, in the calling thread, and its files join the table's commit
- * queue. Whoever holds the table's lock commits everything queued in one
- * Iceberg {@link Transaction}: one snapshot per statement (commit order
- * stays the changelog order), one metadata commit for all of them (group
- * commit). A statement returns only once the commit holding it landed.
+ * job: its rows join the table's commit queue. Whoever holds the table's
+ * lock writes everything queued to Parquet data files through Iceberg's
+ * Spark value writers (one file per partition per snapshot, not one per
+ * statement: with 16 writers a primary-key table of 4 buckets wrote 4 files
+ * per statement) and commits them in one Iceberg {@link Transaction}: a
+ * snapshot per run of statements with disjoint keys (commit order stays the
+ * changelog order), one metadata commit for all of them (group commit). A
+ * statement returns only once the commit holding it landed.
  *
  * <p>Any other INSERT (a query) runs as a Spark job while holding the
  * table's lock, after the queue is drained, with the same checks added to
@@ -285,8 +287,7 @@ public final class StreamIngest {
             }
             if (rows != null) {
                 Set<String> keySet = keys.length == 0 ? null : keyValues(table.schema(), rows, keys);
-                List<DataFile> files = write(table, rows);
-                return committer.commitFiles(new Pending(files, requestId, rows.size(), keySet), table);
+                return committer.commitFiles(new Pending(rows, table, requestId, keySet), table);
             }
             LogicalPlan checked = checkedQuery(changeType, keys, changeTypeMessage, nullKeyMessage);
             return committer.runQuery(() -> {
@@ -331,7 +332,10 @@ public final class StreamIngest {
     static final Set<String> VALID_CHANGE_TYPES = new HashSet<>(List.of("+I", "-U", "+U", "-D"));
 
     private static final class Pending {
-        final List<DataFile> files;
+        /** The statement's rows, written by whoever commits its group (one file per partition per snapshot). */
+        final List<InternalRow> data;
+        /** The table as the statement was analysed against (its schema is the rows' schema). */
+        final Table analysed;
         final String requestId;
         final long rows;
         /** The statement's keys (primary-key tables), or null: statements with common keys need their own snapshots. */
@@ -340,10 +344,11 @@ public final class StreamIngest {
         volatile long result;
         volatile RuntimeException failure;
 
-        Pending(List<DataFile> files, String requestId, long rows, Set<String> keys) {
-            this.files = files;
+        Pending(List<InternalRow> data, Table analysed, String requestId, Set<String> keys) {
+            this.data = data;
+            this.analysed = analysed;
             this.requestId = requestId;
-            this.rows = rows;
+            this.rows = data.size();
             this.keys = keys;
         }
     }
@@ -461,8 +466,7 @@ public final class StreamIngest {
                 Set<String> seen = new HashSet<>();
                 for (Pending p : batch) {
                     if (p.requestId != null && requestIds.containsKey(p.requestId)) {
-                        p.result = -1;  // a retry of a committed write: its files are never committed
-                        deleteQuietly(table, p.files);
+                        p.result = -1;  // a retry of a committed write: nothing is written
                         p.done = true;
                     } else if (p.requestId != null && !seen.add(p.requestId)) {
                         queue.add(p);  // the same id twice at once: decided after this group
@@ -497,6 +501,7 @@ public final class StreamIngest {
          */
         private void commitGroup(List<Pending> writing) {
             Transaction tx;
+            List<DataFile> written = new ArrayList<>();
             try {
                 // One snapshot holds consecutive statements while no key of a
                 // primary-key table appears in two of them: the changelog orders
@@ -520,12 +525,23 @@ public final class StreamIngest {
                     }
                     AppendFiles append = tx.newAppend().scanManifestsWith(SmallTables.IN_CALLER);
                     StringBuilder ids = new StringBuilder();
+                    // The snapshot's rows in one file per partition (bucket), not one per statement:
+                    // fewer files to write now and to compact later. Rows analysed against another
+                    // schema (an ALTER TABLE between two statements) go to files of their own.
+                    Map<Integer, List<InternalRow>> bySchema = new LinkedHashMap<>();
+                    Map<Integer, Table> schemaTables = new HashMap<>();
                     for (Pending p : writing.subList(start, end)) {
-                        for (DataFile f : p.files) {
-                            append.appendFile(f);
-                        }
+                        int schemaId = p.analysed.schema().schemaId();
+                        bySchema.computeIfAbsent(schemaId, k -> new ArrayList<>()).addAll(p.data);
+                        schemaTables.putIfAbsent(schemaId, p.analysed);
                         if (p.requestId != null) {
                             ids.append(ids.length() == 0 ? "" : "\n").append(p.requestId);
+                        }
+                    }
+                    for (Map.Entry<Integer, List<InternalRow>> e : bySchema.entrySet()) {
+                        for (DataFile f : write(schemaTables.get(e.getKey()), e.getValue())) {
+                            written.add(f);
+                            append.appendFile(f);
                         }
                     }
                     if (ids.length() > 0) {
@@ -535,20 +551,20 @@ public final class StreamIngest {
                     start = end;
                 }
             } catch (RuntimeException e) {
-                failed(writing, e, true);
+                failed(writing, e, written);
                 return;
             }
             try {
                 tx.commitTransaction();
             } catch (org.apache.iceberg.exceptions.CommitFailedException
                      | org.apache.iceberg.exceptions.ValidationException e) {
-                failed(writing, e, true);
+                failed(writing, e, written);
                 return;
             } catch (CommitStateUnknownException e) {
-                failed(writing, e, false);
+                failed(writing, e, null);
                 return;
             } catch (RuntimeException e) {
-                failed(writing, new CommitStateUnknownException(e), false);
+                failed(writing, new CommitStateUnknownException(e), null);
                 return;
             }
             GROUPS.incrementAndGet();
@@ -569,12 +585,13 @@ public final class StreamIngest {
             }
         }
 
-        private void failed(List<Pending> writing, RuntimeException e, boolean deleteFiles) {
+        /** {@code written}: files to delete (the commit certainly did not land), or null to keep them. */
+        private void failed(List<Pending> writing, RuntimeException e, List<DataFile> written) {
             for (Pending p : writing) {
                 p.failure = e;
-                if (deleteFiles) {
-                    deleteQuietly(table, p.files);
-                }
+            }
+            if (written != null) {
+                deleteQuietly(table, written);
             }
             try {
                 table.refresh();

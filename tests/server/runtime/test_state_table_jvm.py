@@ -94,3 +94,26 @@ def test_a_commit_made_elsewhere_is_read_not_served_from_memory(spark, table):
     served = mine.load()[1]
     served[0]["props"] = {"changed": "by the caller"}  # callers get copies
     assert mine.load()[1][0]["props"] is None
+
+
+def test_an_append_retried_with_its_token_lands_once(spark, table):
+    """The round history's retry after an unknown commit outcome (coordinator/history.py)."""
+    small = SmallTable(spark, table)
+    assert small.append(ROWS[:2], token="batch-1") is True
+    assert small.append(ROWS[:2], token="batch-1") is False  # it landed: nothing appended again
+    assert small.append(ROWS[2:], token="batch-2") is True
+    assert by_id(small.load()[1]) == ROWS
+
+
+def test_properties_are_set_in_the_commit_of_the_rows(spark, table):
+    small = SmallTable(spark, table)
+    small.append(ROWS)
+    base, _ = small.load()
+    small.replace([ROWS[0]], base, {"tierlake.next-table-id": "42"})
+    assert small.properties()["tierlake.next-table-id"] == "42"
+    # A replace that loses the race sets neither the rows nor the properties.
+    with pytest.raises(Exception) as lost:
+        small.replace([ROWS[1]], base, {"tierlake.next-table-id": "43"})
+    assert is_conflict(lost.value)
+    assert small.properties()["tierlake.next-table-id"] == "42"
+    assert by_id(small.load()[1]) == [ROWS[0]]

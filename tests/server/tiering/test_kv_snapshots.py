@@ -327,7 +327,7 @@ def test_a_rebuilt_lake_equals_the_stream_and_a_restarted_job_reuses_its_lease(
     seen = []
     tier = restarted.tier
 
-    def tier_watched(table_id, tiered_path, epoch):
+    def tier_watched(table_id, tiered_path, epoch, *session):
         # The leases are looked at in this table's rounds only: the job may be handed other tables too.
         restarted.hook = None if tiered_path != path else lambda name: (
             name == "after-plan"
@@ -336,7 +336,7 @@ def test_a_rebuilt_lake_equals_the_stream_and_a_restarted_job_reuses_its_lease(
                     f"database_name = '{db}' AND table_name = 'rebuilt'").collect()}
             )
         )
-        return tier(table_id, tiered_path, epoch)
+        return tier(table_id, tiered_path, epoch, *session)
 
     restarted.tier = tier_watched
     restarted.start()
