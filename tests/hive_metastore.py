@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pyspark
 
-
 PREP_DB = """
 import org.apache.hadoop.hive.conf.HiveConf;
 import org.apache.hadoop.hive.metastore.txn.TxnDbUtil;
