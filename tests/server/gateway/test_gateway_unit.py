@@ -538,3 +538,32 @@ def test_pyhive_async_execute_and_cancel(gateway):
     assert cursor.poll().operationState == ttypes.TOperationState.CANCELED_STATE
     cursor.execute("CALL TOY.ROWS(1)")  # the connection goes on
     assert len(cursor.fetchall()) == 1
+
+
+def test_a_stopping_gateway_answers_running_statements_and_refuses_new_work(fake_backend):
+    """Server.stop drains the gateway first: a statement already running is answered (here: its
+    rows), a new statement or session is refused with ServerStoppingError, then it closes."""
+    _, port = fake_backend
+    gw = Gateway("127.0.0.1", 0, "127.0.0.1", port, ToyHandler(), auth="NOSASL").start()
+    conn = pyhive(gw)
+    running = conn.cursor()
+    running.execute("CALL TOY.SLOW(2)", async_=True)  # runs for about 2 s
+    other = pyhive(gw).cursor()
+    drained: list[bool] = []
+    stopper = threading.Thread(target=lambda: drained.append(gw.drain(timeout=30)))
+    stopper.start()
+    wait_for(lambda: gw.draining)
+    with pytest.raises(Exception, match="tierlake is stopping: this request was not run"):
+        other.execute("SELECT 1")
+    wait_for(lambda: gw._sock is None)
+    with pytest.raises(OSError):  # no new connection is accepted
+        socket.create_connection(("127.0.0.1", gw.port), timeout=1)
+    # The running statement is answered although the gateway is stopping.
+    while running.poll().operationState not in (ttypes.TOperationState.FINISHED_STATE,
+                                                ttypes.TOperationState.ERROR_STATE):
+        time.sleep(0.1)
+    assert running.fetchall() == [(2,)]
+    stopper.join(30)
+    assert drained == [True]
+    gw.stop()
+    assert gw.connection_count == 0
