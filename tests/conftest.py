@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -225,6 +226,17 @@ def postgres():
     pg = LocalPostgres(free_port()).start()
     yield pg
     pg.stop()
+
+
+def wait_for(predicate, timeout: float, what: str, every: float = 1.0):
+    """``predicate()``'s first truthy value, polled every ``every`` seconds for up to ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

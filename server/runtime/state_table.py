@@ -13,7 +13,7 @@ from typing import Any
 from tierlake import sql
 from tierlake.server.exceptions import ConcurrentUpdateError
 from tierlake.server.runtime import housekeeping, state_version
-from tierlake.server.runtime.jvm import jclass
+from tierlake.server.runtime.jvm import jclass, string_map
 from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.coordinator")
@@ -74,6 +74,7 @@ class SmallTable:
         self.name = name
         self._schema: Any = None
         self._jvm_io: bool | None = None  # None: not tried yet; False: the JVM class is missing
+        self._loaded: Any = None  # the table object of the last load (its properties are that version's)
 
     @property
     def schema(self) -> Any:
@@ -87,7 +88,7 @@ class SmallTable:
 
     def load(self) -> tuple[int | None, list[dict[str, Any]]]:
         """``(snapshot id, rows)``; an unchanged table is served from memory."""
-        table = iceberg_table(self.spark, self.name)
+        table = self._loaded = iceberg_table(self.spark, self.name)
         snapshot = table.currentSnapshot()
         if snapshot is None:
             return None, []
@@ -145,8 +146,6 @@ class SmallTable:
 
     def properties(self) -> dict[str, str]:
         """The table's Iceberg properties, as of now."""
-        from tierlake.server.runtime.jvm import string_map
-
         return string_map(iceberg_table(self.spark, self.name).properties())
 
     def replace(self, rows: list[dict[str, Any]], base: int | None, properties: dict[str, str] | None = None) -> None:
@@ -198,8 +197,11 @@ class SmallTable:
         properties and returns ``(result, changed, properties to set)``: they are
         committed with the rows (the coordinator's table-id counter)."""
         for attempt in range(1, MAX_ATTEMPTS + 1):
+            self._loaded = None
             base, rows = self.load()
-            result, changed, props = change(rows, self.properties())
+            # The properties of the version just loaded, not a second load per commit (every heartbeat's).
+            current = self.properties() if self._loaded is None else string_map(self._loaded.properties())
+            result, changed, props = change(rows, current)
             if not changed:
                 return result
             try:

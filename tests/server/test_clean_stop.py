@@ -14,8 +14,16 @@ import time
 
 import pytest
 
-from tests.conftest import free_port, start_server_process, stop_process
-from tests.server.ingest.test_ingest_durability import TABLES, Writer, create_tables, expected_ids, query, resend
+from tests.conftest import free_port, start_server_process, stop_process, wait_for
+from tests.server.ingest.test_ingest_durability import (
+    TABLES,
+    Writer,
+    create_tables,
+    expected_ids,
+    lake_ids,
+    query,
+    resend,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -27,15 +35,6 @@ def log_text(home) -> str:
     path = home / "logs" / "tierlake.log"
     return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
 
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGTERM to the group", "kill -9"])
@@ -50,7 +49,7 @@ def test_a_stop_mid_round_with_writers_loses_nothing(tmp_path, how):
         for w in writers:
             w.start()
         wait_for(lambda: "paused at before-commit" in log_text(home)
-                 and sum(len(w.acked) for w in writers) >= 20, 120, "a round in progress and acknowledged writes")
+                 and sum(len(w.acked) for w in writers) >= 20, 120, "a round in progress and acknowledged writes", 0.2)
         if how == "SIGINT":
             os.kill(server.pid, signal.SIGINT)
         elif how == "SIGTERM":
@@ -84,9 +83,8 @@ def test_a_stop_mid_round_with_writers_loses_nothing(tmp_path, how):
             ids = sorted(r[0] for r in query(port, f"SELECT id FROM {table}"))
             assert ids == expected_ids(writers, table), f"{table}: an acknowledged row lost or written twice"
         # Far sooner than the 10-minute heartbeat timeout: the restarted job released its old round.
-        lake = "shop_lake.{}"
-        wait_for(lambda: all(sorted(r[0] for r in query(port, f"SELECT id FROM {lake.format(t.split('.')[1])}"))
-                             == expected_ids(writers, t) for t in TABLES), 90, "every row tiered once")
+        lake = lake_ids(port, writers, timeout=90)
+        assert all(lake[t] == expected_ids(writers, t) for t in TABLES), "a row not tiered exactly once"
         rows = query(port, "SELECT status FROM sys.lake_tiering_status")
         assert all(r[0] != "Failed" for r in rows), rows
         outcomes = [r[0] for r in query(port, "SELECT outcome FROM sys.tiering_rounds")]

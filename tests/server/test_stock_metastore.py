@@ -15,7 +15,7 @@ from pyhive import hive
 
 from tests.conftest import free_port, service_ready, start_server_process, start_service_process, stop_process
 from tests.hive_metastore import StockMetastore
-from tests.server.ingest.test_ingest_durability import TABLES, Writer, create_tables, expected_ids, query
+from tests.server.ingest.test_ingest_durability import TABLES, Writer, create_tables, expected_ids, lake_ids, query
 
 pytestmark = pytest.mark.integration
 
@@ -73,13 +73,7 @@ def test_server_and_tiering_service_on_a_stock_hive_metastore(tmp_path):
             assert ids == expected_ids(writers, table), f"{table}: an acknowledged commit is missing"
             snapshots = query(port, f"SELECT count(*) FROM {table}.snapshots")[0][0]
             assert snapshots <= sum(len(w.acked) for w in writers if w.table == table) + 1
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            lake = {t: sorted(r[0] for r in query(port, f"SELECT id FROM shop_lake.{t.split('.')[1]}"))
-                    for t in TABLES}
-            if all(lake[t] == expected_ids(writers, t) for t in TABLES):
-                break
-            time.sleep(1)
+        lake = lake_ids(port, writers, timeout=180)
         for table in TABLES:
             assert lake[table] == expected_ids(writers, table), f"{table}: not tiered exactly once"
         jobs = {r[0] for r in query(port, "SELECT DISTINCT job_id FROM sys.tiering_rounds")}

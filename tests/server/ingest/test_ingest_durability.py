@@ -99,6 +99,16 @@ def expected_ids(writers: list[Writer], table: str) -> list[int]:
                   for n in w.acked + w.unknown for r in range(5))
 
 
+def lake_ids(port: int, writers: list[Writer], timeout: float) -> dict[str, list[int]]:
+    """Each stream table's lake ids once they equal what ``writers`` wrote, or as they are at ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lake = {t: sorted(r[0] for r in query(port, f"SELECT id FROM shop_lake.{t.split('.')[1]}")) for t in TABLES}
+        if all(lake[t] == expected_ids(writers, t) for t in TABLES) or time.monotonic() >= deadline:
+            return lake
+        time.sleep(1)
+
+
 def test_kill_9_after_acknowledgements_loses_nothing_and_retries_never_duplicate(tmp_path):
     port = free_port()
     home = tmp_path / "home"
@@ -136,13 +146,7 @@ def test_kill_9_after_acknowledgements_loses_nothing_and_retries_never_duplicate
             ids = sorted(r[0] for r in query(port, f"SELECT id FROM {table}"))
             assert ids == expected_ids(writers, table)
         # And tiering moves each row to the lake once.
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            lake = {t: sorted(r[0] for r in query(port, f"SELECT id FROM shop_lake.{t.split('.')[1]}"))
-                    for t in TABLES}
-            if all(lake[t] == expected_ids(writers, t) for t in TABLES):
-                break
-            time.sleep(1)
+        lake = lake_ids(port, writers, timeout=120)
         for table in TABLES:
             assert lake[table] == expected_ids(writers, table)
     finally:

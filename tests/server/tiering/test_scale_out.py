@@ -13,7 +13,14 @@ import uuid
 import pytest
 from pyhive import hive
 
-from tests.conftest import free_port, service_ready, start_server_process, start_service_process, stop_process
+from tests.conftest import (
+    free_port,
+    service_ready,
+    start_server_process,
+    start_service_process,
+    stop_process,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -39,15 +46,6 @@ def create_table(cur, table: str, columns: str = "id BIGINT") -> None:
     cur.execute(f"CREATE TABLE {table} ({columns}) TBLPROPERTIES ('table.datalake.enabled'='true', "
                 "'table.datalake.freshness'='1 s')")
 
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def lake_ids(cur, table: str) -> list[int]:
