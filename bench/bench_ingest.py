@@ -14,14 +14,21 @@ against the same statement into a plain Iceberg table (median of 3).
 
     .venv/bin/python -m bench.bench_ingest                        # the default matrix
     .venv/bin/python -m bench.bench_ingest --writers 16 --rows 20 --tables 1 --kinds log,pk --seconds 20
+
+``--sample-every S`` samples what each stream table keeps while the writers
+run (snapshots, live data files, files on disk, metadata size, request-id
+ledger rows) and prints the samples and their maxima in the first and the
+second half: the 10-minute soak of docs/ingest.md ("Limits and costs").
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import random
 import statistics
+import threading
 import time
 import uuid
 
@@ -29,7 +36,7 @@ from bench.common import p, start_server
 
 
 def _writer(port: int, tables: list[str], pk: bool, rows: int, seconds: float, seed: int, start_at: float,
-            out) -> None:
+            out, request_ids: bool = False) -> None:
     from pyhive import hive
 
     rnd = random.Random(seed)
@@ -44,8 +51,9 @@ def _writer(port: int, tables: list[str], pk: bool, rows: int, seconds: float, s
         table = tables[n % len(tables)]
         n += 1
         if pk:
-            values = ", ".join(f"({rnd.randrange(1_000_000)}, {rnd.random():.4f}, 'v{seed}', '+U')"
-                               for _ in range(rows))
+            # Distinct keys: different changes to one key in one statement are refused (nothing orders them).
+            values = ", ".join(f"({key}, {rnd.random():.4f}, 'v{seed}', '+U')"
+                               for key in rnd.sample(range(1_000_000), rows))
             statement = f"INSERT INTO {table} (id, amount, tag, _change_type) VALUES {values}"
         else:
             values = ", ".join(f"({rnd.randrange(1_000_000)}, {rnd.random():.4f}, 'v{seed}')" for _ in range(rows))
@@ -53,6 +61,8 @@ def _writer(port: int, tables: list[str], pk: bool, rows: int, seconds: float, s
         started = time.perf_counter()
         sent += 1
         try:
+            if request_ids:  # an idempotent producer: every write tagged (one more round trip)
+                cur.execute(f"SET `tierlake.write.request-id`=w{seed}-{n}")
             cur.execute(statement)
             latencies.append(time.perf_counter() - started)
         except Exception as e:  # noqa: BLE001 - counted, the first one reported
@@ -78,16 +88,23 @@ def _make_tables(cursor, db: str, count: int, pk: bool, tiered: bool) -> list[st
     return names
 
 
-def run_config(port: int, tables: list[str], pk: bool, writers: int, rows: int, seconds: float) -> dict:
+def run_config(port: int, tables: list[str], pk: bool, writers: int, rows: int, seconds: float,
+               request_ids: bool = False, sampler: Sampler | None = None) -> dict:
     ctx = multiprocessing.get_context("spawn")  # never fork a process that runs a JVM bridge
     out = ctx.Queue()
     start_at = time.time() + 3.0 + writers * 0.05  # every writer connected before the clock starts
     procs = [ctx.Process(target=_writer, args=(port, tables[i % len(tables):] + tables[:i % len(tables)], pk, rows,
-                                               seconds, i, start_at, out), daemon=True)
+                                               seconds, i, start_at, out, request_ids), daemon=True)
              for i in range(writers)]
     for proc in procs:
         proc.start()
-    results = [out.get(timeout=seconds + 300) for _ in procs]
+    if sampler is not None:
+        sampler.start(start_at)
+    try:
+        results = [out.get(timeout=seconds + 300) for _ in procs]
+    finally:
+        if sampler is not None:
+            sampler.stop()
     for proc in procs:
         proc.join(timeout=30)
     latencies = [x for r in results for x in r[0]]
@@ -99,6 +116,72 @@ def run_config(port: int, tables: list[str], pk: bool, writers: int, rows: int, 
         "p50": p(latencies, 0.5) if latencies else float("nan"),
         "p99": p(latencies, 0.99) if latencies else float("nan"),
     }
+
+
+class Sampler:
+    """What the stream tables keep while writers run: every ``every`` seconds,
+    per table, its snapshots, live data files, files on disk (data and
+    metadata) and metadata.json size, and the rows of ``sys.write_requests``;
+    measured in the bench process (the server's), off the writers' clock."""
+
+    def __init__(self, server, tables: list[str], every: float):
+        self.server, self.tables, self.every = server, tables, every
+        self.samples: list[dict] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, start_at: float) -> None:
+        self._start_at = start_at
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+
+    def _run(self) -> None:
+        time.sleep(max(0.0, self._start_at - time.time()))
+        while True:
+            try:
+                self.samples.append(self.sample())
+            except Exception as e:  # noqa: BLE001 - a failed sample is reported, not fatal
+                print(f"  sample failed: {e}", flush=True)
+            if self._stop.wait(self.every):
+                return
+
+    def sample(self) -> dict:
+        from tierlake.server.runtime.iceberg_maintenance import data_file_counts, snapshot_count
+        from tierlake.server.runtime.session import iceberg_table
+
+        spark = self.server.spark
+        row = {"t": time.time() - self._start_at, "snapshots": 0, "data_files": 0, "disk_files": 0,
+               "metadata_kb": 0.0}
+        for name in self.tables:
+            table = iceberg_table(spark, name)
+            row["snapshots"] += snapshot_count(table)
+            row["data_files"] += data_file_counts(table)[0]
+            location = str(table.location()).removeprefix("file:")
+            for _, _, files in os.walk(location):
+                row["disk_files"] += sum(1 for f in files if not f.startswith("."))
+            current = str(table.operations().current().metadataFileLocation()).removeprefix("file:")
+            row["metadata_kb"] += os.path.getsize(current) / 1024
+        row["ledger_rows"] = spark.sql("SELECT count(*) FROM sys.write_requests").first()[0]
+        return row
+
+    def report(self) -> None:
+        keys = ("snapshots", "data_files", "disk_files", "metadata_kb", "ledger_rows")
+        print("\n| t (s) | stream snapshots | live data files | files on disk | metadata.json KiB | "
+              "sys.write_requests rows |")
+        print("|---|---|---|---|---|---|")
+        for r in self.samples:
+            print(f"| {r['t']:.0f} | {r['snapshots']} | {r['data_files']} | {r['disk_files']} | "
+                  f"{r['metadata_kb']:.0f} | {r['ledger_rows']} |")
+        if len(self.samples) >= 4:
+            half = len(self.samples) // 2
+            first, second = self.samples[:half], self.samples[half:]
+            print("\nmax in the first half → max in the second half: " + ", ".join(
+                f"{k} {max(r[k] for r in first):.0f} → {max(r[k] for r in second):.0f}" for k in keys), flush=True)
 
 
 def bulk(server, cursor, db: str, rows: int, runs: int) -> tuple[list[float], list[float]]:
@@ -135,12 +218,20 @@ def main() -> None:
     parser.add_argument("--bulk-rows", type=int, default=1_000_000, help="rows of the INSERT … SELECT (0: skip)")
     parser.add_argument("--bulk-runs", type=int, default=3)
     parser.add_argument("--no-raw", action="store_true", help="skip the plain-Spark baseline")
+    parser.add_argument("--request-ids", action="store_true",
+                        help="tag every write with a tierlake.write.request-id (a SET before each INSERT)")
+    parser.add_argument("--sample-every", type=float, default=0.0,
+                        help="seconds between samples of the stream tables' snapshots and files (0: none)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a server setting (repeatable), e.g. tierlake.write.request-id-retention=2min")
     parser.add_argument("--warmup", type=float, default=60.0,
                         help="seconds of unmeasured 16-writer load first: a new JVM's JIT takes a core for minutes")
     args = parser.parse_args()
     from pyhive import hive
 
-    server = start_server(**{"tierlake.tiering.workers": "1"})
+    settings = {"tierlake.tiering.workers": "1"}
+    settings.update(dict(item.split("=", 1) for item in args.set))
+    server = start_server(**settings)
     try:
         port = server.gateway.port
         cursor = hive.connect("127.0.0.1", port, username="bench").cursor()
@@ -159,7 +250,11 @@ def main() -> None:
                         paths = ("tierlake",) if args.no_raw else ("raw", "tierlake")
                         for path in paths:
                             tables = _make_tables(cursor, db, n_tables, pk, path == "tierlake")
-                            measured[path] = r = run_config(port, tables, pk, writers, rows, args.seconds)
+                            sampler = None
+                            if args.sample_every > 0 and path == "tierlake":
+                                sampler = Sampler(server, tables, args.sample_every)
+                            measured[path] = r = run_config(port, tables, pk, writers, rows, args.seconds,
+                                                            args.request_ids and path == "tierlake", sampler)
                             ratio = ""
                             if path == "tierlake" and "raw" in measured and measured["raw"]["statements_s"]:
                                 ratio = f"{r['statements_s'] / measured['raw']['statements_s']:.2f}×"
@@ -168,6 +263,8 @@ def main() -> None:
                                   f"{r['failures']} | {ratio} |", flush=True)
                             if r["first_error"]:
                                 print(f"  first error: {r['first_error']}", flush=True)
+                            if sampler is not None:
+                                sampler.report()
         if args.bulk_rows:
             db = "ingest_" + uuid.uuid4().hex[:6]
             cursor.execute(f"CREATE DATABASE {db}")

@@ -145,6 +145,9 @@ class Server:
             applied = migrations.migrate(self.spark)
             views = migrations.create_views(self.spark)
             count = migrations.refresh_procedure_catalog(self.spark, self.registry)
+            from tierlake.server.ingest import ledger
+
+            ledger.configure(self.spark, self.config)  # request ids outlive their stream snapshots
             log.info(
                 "sys schema at version %d (applied now: %s); views: %s; %d procedures",
                 migrations.schema_version(self.spark), applied or "none", ", ".join(views), count,

@@ -284,6 +284,15 @@ class NullKeyError(WriteRefusedError):
     error_code = 2202
 
 
+class AmbiguousChangesError(WriteRefusedError):
+    """An INSERT into a primary-key stream table with different changes to one
+    key that the table's ``sequence-by`` does not order (tiering could not
+    decide which one wins)."""
+
+    sqlstate = "21000"
+    error_code = 2204
+
+
 class WriteOutcomeUnknownError(TierlakeError):
     """A stream-table commit whose outcome the metastore did not confirm: retry with the same request id."""
 

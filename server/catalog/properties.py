@@ -38,6 +38,7 @@ SNAPSHOT_INTERVAL = "kv.snapshot.interval"
 NUM_RETAINED = "kv.snapshot.num-retained"
 SNAPSHOT_MAX_AGE = "table.datalake.snapshot.max-age"
 SNAPSHOT_MIN_RETAINED = "table.datalake.snapshot.min-retained"
+STREAM_MAX_SNAPSHOTS = "table.datalake.stream.max-snapshots"
 AUTO_COMPACTION = "table.datalake.auto-compaction"
 # ---- tierlake's bookkeeping --------------------------------------------------
 LAKE_TABLE_PROPERTY = "tierlake.lake-table"
@@ -131,6 +132,10 @@ TABLE_PROPERTIES: tuple[Property, ...] = (
              "tiered position's, a tag's or a lease's", example="'1 d' or '6 h'"),
     Property(SNAPSHOT_MIN_RETAINED, "10", "int", "snapshots managed maintenance always keeps on the lake and "
              "stream table", example="'10'", minimum=1),
+    Property(STREAM_MAX_SNAPSHOTS, "100", "int",
+             "stream snapshots managed maintenance keeps at most once tiered (and not needed by a KV snapshot or "
+             "a lease), whatever their age: bounds the stream's metadata at any write rate (request ids outlive "
+             "their snapshots, [ingest.md](ingest.md))", example="'100'", minimum=1),
     Property(AUTO_COMPACTION, "true", "bool",
              "managed maintenance rewrites small data files and merge-on-read delete files of the lake table, "
              "and small data files of the stream table (thresholds in [tiering.md](tiering.md#managed-maintenance))",

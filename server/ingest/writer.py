@@ -9,7 +9,8 @@ instead of relaying it to Spark's Thrift Server:
    Anything that is not an append into a table with
    ``table.datalake.enabled`` is left to Spark as before.
 2. :meth:`StreamWriter.write` — a primary-key table's rows are checked
-   (change types, NULL keys) and refused with a clear error before anything
+   (change types, NULL keys, changes to one key that sequence-by does not
+   order) and refused with a clear error before anything
    is written; the statement is committed by the table's committer
    (``runtime/java/StreamIngest.java``): plain values without a Spark job,
    grouped with the other statements waiting for the same table into one
@@ -31,6 +32,7 @@ from typing import Any
 from tierlake.server.catalog.properties import WRITE_REQUEST_ID
 from tierlake.server.catalog.spec import CHANGE_TYPE, CHANGE_TYPES, TieredSpec
 from tierlake.server.exceptions import (
+    AmbiguousChangesError,
     InvalidArgumentError,
     InvalidChangeTypeError,
     NullKeyError,
@@ -120,7 +122,7 @@ class StreamWriter:
         name = staged.short_name
         try:
             outcome = str(staged.jstaged.commit(
-                CHANGE_TYPE if spec.is_primary_key else None, "\n".join(spec.primary_key),
+                CHANGE_TYPE if spec.is_primary_key else None, "\n".join(spec.primary_key), spec.sequence_by,
                 f"{_BAD_CHANGE}INSERT into {name} refused: a row has a _change_type outside {ALLOWED}: ",
                 f"{_NULL_KEY}INSERT into {name} refused: a row has a NULL key column "
                 f"({', '.join(spec.primary_key)}); key columns must not be NULL"))
@@ -134,6 +136,14 @@ class StreamWriter:
                       staged.request_id)
             return WriteResult(0, True)
         count, _, value = detail.partition("\t")
+        if kind == "ambiguous":
+            why = (f"their sequence-by values ({spec.sequence_by}) are NULL or tie at the largest"
+                   if spec.sequence_by else "the table declares no sequence-by")
+            fix = (f"give them distinct {spec.sequence_by} values" if spec.sequence_by
+                   else "send them in separate statements (the later one wins) or declare 'sequence-by'")
+            raise AmbiguousChangesError(
+                f"INSERT into {name} refused: {count} key(s) with different changes in one statement that cannot "
+                f"be ordered ({why}), e.g. key {value}; {fix}. Nothing was written")
         if kind == "change_type":
             raise InvalidChangeTypeError(
                 f"INSERT into {name} refused: {count} row(s) with a _change_type outside {ALLOWED}: {value}. "

@@ -41,13 +41,17 @@ from tierlake.server.kv.catalog import (
     primary_key_spec,
     table_lock,
 )
+from tierlake.server.kv.catalog import properties as kv_properties
 from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.kv")
 
 VIEW_PREFIX = "__tierlake_kv"
 
-__all__ = ["VIEW_PREFIX", "take_snapshot"]
+__all__ = ["VIEW_PREFIX", "compact_kv_table", "take_snapshot"]
+# A KV table is compacted once it has this many data files or any delete
+# file: each snapshot's MERGE adds up to a file and a delete file per bucket.
+KV_COMPACT_MIN_FILES = 5
 
 
 def _ensure_kv_table(spark: Any, stream: TablePath, props: dict[str, str], spec: TieredSpec) -> TablePath:
@@ -117,3 +121,33 @@ def take_snapshot(spark: Any, stream: TablePath, catalog: KvCatalog | None = Non
         catalog.add(snap)
         log.info("KV snapshot %d of %s at log position %d", snap.snapshot_id, stream, end)
         return snap, True
+
+
+def compact_kv_table(spark: Any, stream: TablePath, catalog: KvCatalog | None = None) -> tuple[int, int] | None:
+    """Compact the stream's KV table when it has :data:`KV_COMPACT_MIN_FILES`
+    data files or any delete file: ``(files rewritten, files added)``, or
+    None when nothing was due. The ``replace`` commit carries the KV
+    position of the snapshot it compacted and is registered as a KV snapshot
+    at that position (same rows, fewer files), so retention expires the
+    compacted one like any other and the next snapshot starts from it."""
+    from tierlake.server.runtime import iceberg_maintenance as im
+
+    catalog = catalog or KvCatalog(spark)
+    with table_lock(stream):
+        kv = kv_table_of(kv_properties(spark, stream))
+        if kv is None or not spark.catalog.tableExists(kv.quoted):
+            return None
+        files, deletes = im.data_file_counts(iceberg_table(spark, kv.quoted))
+        if files < KV_COMPACT_MIN_FILES and not deletes:
+            return None
+        position, stream_snapshot, current = _newest_in_kv_table(spark, kv)
+        done = im.compact(spark, kv.quoted, {
+            "min-input-files": "2", "delete-file-threshold": "1", "remove-dangling-deletes": "true"},
+            {KV_POSITION: str(position), KV_STREAM_SNAPSHOT: str(stream_snapshot), P.MAINTENANCE: "compaction",
+             P.COMMIT_USER: lake_write.COMMIT_USER})
+        new = iceberg_table(spark, kv.quoted).currentSnapshot()
+        if new is not None and int(new.snapshotId()) != int(current.snapshotId()):
+            catalog.add(KvSnapshot(stream.database, stream.table, str(kv), int(new.snapshotId()), position,
+                                   stream_snapshot, datetime.fromtimestamp(new.timestampMillis() / 1000,
+                                                                           timezone.utc)))
+        return done.files_rewritten, done.files_added

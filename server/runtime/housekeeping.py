@@ -14,7 +14,9 @@ heartbeat. What bounds each table (docs/tiering.md, "Bounded state"):
   (:func:`note_commit`, called by ``SmallTable``);
 - rows: round history, quality results and maintenance runs older than
   ``tierlake.history.retention`` are deleted, jobs silent for
-  ``tierlake.tiering.job-retention`` forgotten;
+  ``tierlake.tiering.job-retention`` forgotten, request ids of expired
+  stream snapshots (``sys.write_requests``) older than
+  ``tierlake.write.request-id-retention`` deleted;
 - files of the append-only history tables: compacted past
   :data:`HISTORY_MAX_FILES` data files, checked every pass and at once after
   :data:`HISTORY_MAX_FILES` commits of one of them since its last check
@@ -54,8 +56,11 @@ RETENTION = {
     "sys.quality_results": ("run_time", "tierlake.history.retention"),
     "sys.lake_maintenance_log": ("started_at", "tierlake.history.retention"),
     "sys.tiering_jobs": ("last_heartbeat", "tierlake.tiering.job-retention"),
+    "sys.write_requests": ("committed_at", "tierlake.write.request-id-retention"),
 }
-HISTORY_TABLES = ("sys.tiering_round_log", "sys.quality_results", "sys.lake_maintenance_log")
+# Retention applied at every pass, not every SLOW_EVERY-th: rows come at the write rate.
+EVERY_PASS_RETENTION = ("sys.write_requests",)
+HISTORY_TABLES = ("sys.tiering_round_log", "sys.quality_results", "sys.lake_maintenance_log", "sys.write_requests")
 _CREATE = re.compile(r"CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+(sys\.\w+)", re.IGNORECASE)
 
 class CommitCounts:
@@ -166,11 +171,14 @@ class Housekeeper(threading.Thread):
                 log.warning("expiring snapshots of %s failed", name, exc_info=True)
         return out
 
-    def apply_retention(self, now: datetime | None = None) -> dict[str, int]:
-        """Delete history rows past their retention; returns rows deleted per table."""
+    def apply_retention(self, now: datetime | None = None, names: tuple[str, ...] | None = None) -> dict[str, int]:
+        """Delete history rows past their retention (of ``names``, default all);
+        returns rows deleted per table."""
         now = now or datetime.now(timezone.utc)
         out = {}
         for name, (column, key) in RETENTION.items():
+            if names is not None and name not in names:
+                continue
             age: timedelta = self.config.duration(key)
             if not self.spark.catalog.tableExists(name) or age.total_seconds() <= 0:
                 continue
@@ -218,12 +226,12 @@ class Housekeeper(threading.Thread):
 
     def run_pass(self, slow: bool | None = None) -> dict[str, Any]:
         """One pass; ``slow`` (default: every :data:`SLOW_EVERY`-th pass) adds
-        history retention and orphan removal."""
+        the history retention of every table (:data:`EVERY_PASS_RETENTION`'s
+        every pass) and orphan removal."""
         self.passes += 1
         slow = (self.passes % SLOW_EVERY == 1) if slow is None else slow
         done: dict[str, Any] = {}
-        if slow:
-            done["retention"] = self.apply_retention()
+        done["retention"] = self.apply_retention(names=None if slow else EVERY_PASS_RETENTION)
         done["compacted"] = self.compact_history(_counts.take_appended(every=True))
         _counts.take_pressured()
         done["expired"] = {k: v for k, v in self.expire().items() if v}

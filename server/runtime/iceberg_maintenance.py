@@ -9,6 +9,7 @@ compaction carry snapshot-summary properties and tells what it did.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,17 +46,23 @@ def bound_metadata(table: Any) -> bool:
     return True
 
 
-def expire_snapshots(spark: Any, name: str, older_than_ms: int, retain_last: int) -> int:
+def expire_snapshots(spark: Any, name: str, older_than_ms: int, retain_last: int,
+                     before_commit: Callable[[Any], None] | None = None) -> int:
     """Expire snapshots of ``name`` older than ``older_than_ms`` beyond the newest
     ``retain_last`` of ``main``; their unreferenced files go with them. Tagged
     and branched snapshots stay (Iceberg keeps what a ref retains).
+    ``before_commit`` gets the snapshots the expiry removes (a Java list,
+    Iceberg's own answer) before it commits; if it raises, nothing is expired.
     Returns how many snapshots were expired (0 commits nothing)."""
     table = iceberg_table(spark, name)
     times = sorted((int(s.timestampMillis()) for s in table.snapshots()), reverse=True)
     if not any(t < older_than_ms for t in times[retain_last:]):
         return 0  # nothing to expire: no commit (an expiry commits new metadata even when empty)
     before = len(times)
-    table.expireSnapshots().expireOlderThan(int(older_than_ms)).retainLast(int(retain_last)).commit()
+    expire = table.expireSnapshots().expireOlderThan(int(older_than_ms)).retainLast(int(retain_last))
+    if before_commit is not None:
+        before_commit(expire.apply())
+    expire.commit()
     table.refresh()
     return max(0, before - snapshot_count(table))
 

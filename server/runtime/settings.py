@@ -155,6 +155,9 @@ SETTINGS: tuple[Setting, ...] = (
     _s("tierlake.history.retention", "7 d", "duration",
        "rows of `sys.tiering_rounds`, `sys.lake_data_quality` and `sys.lake_maintenance` older than this "
        "are deleted"),
+    _s("tierlake.write.request-id-retention", "1 h", "duration",
+       "a stream table remembers each committed `tierlake.write.request-id` at least this long, after its "
+       "snapshot is expired too ([ingest.md](ingest.md#request-ids-retries-that-never-duplicate))"),
     _s("tierlake.tiering.job-retention", "7 d", "duration",
        "a tiering job silent this long is forgotten (its row in `sys.tiering_job_status` is deleted)"),
     _s("tierlake.maintenance.interval", "10 min", "duration",

@@ -34,9 +34,17 @@ Actions, in order:
   lost, un-tiered rows included. Skipped while the stream has merge-on-read
   delete files: those come from a user ``DELETE`` that fails the table, and
   its repair (``sys.drop_stream_commit``) must see the rows as they were.
-- ``stream_expire_snapshots``: stream snapshots older than the max age whose
-  commits are tiered and that neither the newest KV snapshot nor a leased
-  one needs (the log-retention bound), beyond the newest ``min-retained``;
+- ``kv_snapshot`` (primary-key tables): a KV snapshot when the newest one
+  holds back more than ``table.datalake.stream.max-snapshots`` tiered stream
+  snapshots (:func:`kv_snapshot_for_bound`); ``kv_compaction`` (with
+  compaction on): the KV table's files compacted, the result registered as
+  a KV snapshot at the same position.
+- ``stream_expire_snapshots``: stream snapshots older than the max age or
+  beyond the newest ``table.datalake.stream.max-snapshots``, whose commits
+  are tiered and that neither the newest KV snapshot nor a leased one needs
+  (the log-retention bound), beyond the newest ``min-retained``; the request
+  ids they carry are written to ``sys.write_requests`` first
+  (server/ingest/ledger.py);
   the table's fresh view is re-pinned to the tiered position first (its
   incremental read needs the snapshot it starts after), and if that fails
   every stream snapshot is kept this time.
@@ -48,26 +56,35 @@ Actions, in order:
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 from tierlake.server.catalog import properties as P
+from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.changelog import fresh_view
 from tierlake.server.changelog.positions import summary as _summary
 from tierlake.server.coordinator.maintenance_schedule import MaintenanceAction
+from tierlake.server.ingest import ledger
+from tierlake.server.kv.catalog import kv_table_of
 from tierlake.server.kv.log_retention import retention_bound
 from tierlake.server.runtime import iceberg_maintenance as im
+from tierlake.server.runtime.javaext import STREAM_INGEST
+from tierlake.server.runtime.jvm import jclass
 from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.maintenance")
 
 COMPACT_MIN_FILES = 5
+# The shortest time between two KV snapshots taken because the newest one held
+# back too many stream snapshots (each costs a MERGE of the delta).
+KV_PRESSURE_MIN_GAP_S = 30
 STREAM_GROUP_MIN_FILES = 2
 ORPHAN_MIN_AGE_MS = 3600 * 1000
 STREAM_ORPHAN_MIN_AGE_MS = 3 * 24 * 3600 * 1000
@@ -87,6 +104,19 @@ def _main_ancestry(table: Any) -> list[Any]:
         parent = snapshot.parentId()
         snapshot = table.snapshot(parent) if parent is not None else None
     return out
+
+
+@dataclass(frozen=True)
+class Ancestor:
+    snapshot_id: int
+    sequence_number: int
+    timestamp_ms: int
+
+
+def _ancestry(spark: Any, table: Any) -> list[Ancestor]:
+    """:func:`_main_ancestry` as plain values, read in one JVM call."""
+    rows = json.loads(str(jclass(STREAM_INGEST, spark.sparkContext._jvm).mainAncestry(table)))
+    return [Ancestor(*row) for row in rows]
 
 
 def newest_tiering_snapshot(table: Any) -> Any:
@@ -161,7 +191,7 @@ def remove_orphans(spark: Any, target: TablePath, min_age_ms: int, action: Actio
 
 
 def expire_stream(spark: Any, stream: TablePath, props: dict[str, str], position: int, max_age_ms: int, keep: int,
-                  action: Action, lake: TablePath | None = None) -> None:
+                  action: Action, lake: TablePath | None = None, config: Any = None) -> None:
     if lake is not None:
         # The fresh view reads the stream after the snapshot it was pinned to
         # (server/changelog/fresh_view.py): normally the tiered position's,
@@ -176,19 +206,84 @@ def expire_stream(spark: Any, stream: TablePath, props: dict[str, str], position
             return
     bound = min(position, retention_bound(spark, stream, props, datetime.now(timezone.utc)))
     table = iceberg_table(spark, stream.quoted)
-    needed = next((s for s in _main_ancestry(table) if int(s.sequenceNumber()) <= bound), None)
+    ancestry = _ancestry(spark, table)
+    needed = next((s for s in ancestry if s.sequence_number <= bound), None)
     if needed is None:
         action.snapshots_expired = 0
         action.detail = f"kept all: nothing at or before position {bound} (tiered, and no KV snapshot needs it)"
         return
-    # The snapshot at the bound stays: planning walks back to it.
-    cutoff = min(int(time.time() * 1000) - max_age_ms, int(needed.timestampMillis()))
-    action.snapshots_expired = im.expire_snapshots(spark, stream.quoted, cutoff, keep)
-    action.detail = f"kept position {bound} and after"
+    # Older than the max age, or beyond the newest max-snapshots: whichever
+    # expires more (a write rate of many commits a second would otherwise
+    # keep a day of them in every metadata file). Never the snapshot at the
+    # bound (planning walks back to it) nor anything newer, never the newest
+    # min-retained: all in the cutoff, so a commit landing during the expiry
+    # (newer than the cutoff) cannot change which snapshots it removes, and
+    # the request ids recorded first are exactly those of the removed ones.
+    cutoff = int(time.time() * 1000) - max_age_ms
+    most = P.read(props, P.STREAM_MAX_SNAPSHOTS)
+    if len(ancestry) > most:
+        cutoff = max(cutoff, ancestry[most - 1].timestamp_ms)
+    cutoff = min(cutoff, needed.timestamp_ms)
+    if len(ancestry) >= keep:
+        cutoff = min(cutoff, ancestry[keep - 1].timestamp_ms)
+    recorded = []
+    keep_for = ledger.retention(config)
+
+    def record(removed: Any) -> None:
+        recorded.append(ledger.record_expiring(spark, table, removed, keep_for))
+
+    action.snapshots_expired = im.expire_snapshots(spark, stream.quoted, cutoff, keep, before_commit=record)
+    kept = im.snapshot_count(iceberg_table(spark, stream.quoted))
+    action.detail = f"kept position {bound} and after; {kept} snapshot(s) kept"
+    if recorded and recorded[0]:
+        action.detail += f"; {recorded[0]} request id(s) moved to {ledger.LEDGER}"
+
+
+def kv_snapshot_for_bound(spark: Any, stream: TablePath, props: dict[str, str], position: int, config: Any,
+                          action: Action) -> None:
+    """A KV snapshot now when the newest one holds back more than
+    ``table.datalake.stream.max-snapshots`` tiered stream snapshots, at most
+    every :data:`KV_PRESSURE_MIN_GAP_S`: a primary-key stream keeps its
+    changelog back to the newest KV snapshot (the state can be rebuilt from
+    it), which at a high write rate is many snapshots between periodic ones.
+    Not with ``kv.snapshot.interval = 0`` (KV snapshots only on demand)."""
+    from tierlake.server.kv import catalog as kv
+    from tierlake.server.kv.maintenance import snapshot_interval
+    from tierlake.server.kv.snapshots import take_snapshot
+
+    if snapshot_interval(props, config).total_seconds() <= 0:
+        action.detail = "skipped: kv.snapshot.interval is 0"
+        return
+    catalog = kv.KvCatalog(spark)
+    newest = catalog.newest(stream)
+    since = 0 if newest is None else newest.log_position
+    if newest is not None and (kv.utcnow() - newest.created_at).total_seconds() < KV_PRESSURE_MIN_GAP_S:
+        action.detail = "skipped: the newest KV snapshot is recent"
+        return
+    held = sum(1 for s in _ancestry(spark, iceberg_table(spark, stream.quoted))
+               if since < s.sequence_number <= position)
+    most = P.read(props, P.STREAM_MAX_SNAPSHOTS)
+    if held <= most:
+        action.detail = f"skipped: {held} tiered stream snapshot(s) after the newest KV snapshot"
+        return
+    snap, created = take_snapshot(spark, stream, catalog)
+    action.detail = (f"KV snapshot {snap.snapshot_id} at position {snap.log_position}: {held} tiered stream "
+                     f"snapshot(s) were held back (more than {most})" if created else "nothing new")
+
+
+def compact_kv(spark: Any, stream: TablePath, action: Action) -> None:
+    from tierlake.server.kv.snapshots import compact_kv_table
+
+    done = compact_kv_table(spark, stream)
+    if done is None:
+        action.detail = "skipped: nothing to compact"
+        return
+    action.files_rewritten, action.files_added = done
+    action.detail = f"data files {done[0]} rewritten into {done[1]}"
 
 
 def maintain(spark: Any, stream: TablePath, lake: TablePath, props: dict[str, str], position: int,
-             orphans: bool = True) -> list[Action]:
+             orphans: bool = True, config: Any = None) -> list[Action]:
     """Run every action on the table; see the module docstring."""
     max_age_ms = int(P.read(props, P.SNAPSHOT_MAX_AGE).total_seconds() * 1000)
     keep = P.read(props, P.SNAPSHOT_MIN_RETAINED)
@@ -208,8 +303,16 @@ def maintain(spark: Any, stream: TablePath, lake: TablePath, props: dict[str, st
         actions.append(_timed("orphan_files", lake, lambda a: remove_orphans(spark, lake, ORPHAN_MIN_AGE_MS, a)))
     if compaction:
         actions.append(_timed("stream_compaction", stream, lambda a: compact_stream(spark, stream, a)))
+    if TieredSpec.from_properties(props).is_primary_key:
+        actions.append(_timed("kv_snapshot", stream,
+                              lambda a: kv_snapshot_for_bound(spark, stream, props, position, config, a)))
+        # Read again: the snapshot just taken may have created the KV table.
+        kv_table = kv_table_of(dict(iceberg_table(spark, stream.quoted).properties()))
+        if compaction and kv_table is not None:
+            actions.append(_timed("kv_compaction", kv_table, lambda a: compact_kv(spark, stream, a)))
     actions.append(_timed("stream_expire_snapshots", stream,
-                          lambda a: expire_stream(spark, stream, props, position, max_age_ms, keep, a, lake)))
+                          lambda a: expire_stream(spark, stream, props, position, max_age_ms, keep, a, lake,
+                                                 config)))
     if orphans:
         actions.append(_timed("stream_orphan_files", stream,
                               lambda a: remove_orphans(spark, stream, STREAM_ORPHAN_MIN_AGE_MS, a)))
@@ -218,7 +321,7 @@ def maintain(spark: Any, stream: TablePath, lake: TablePath, props: dict[str, st
 
 def after_round(spark: Any, client: Any, job_id: str, table_id: int, epoch: int, stream: TablePath,
                 lake: TablePath, props: dict[str, str], position: int,
-                data_files: tuple[int, int] | None = None) -> list[Action] | None:
+                data_files: tuple[int, int] | None = None, config: Any = None) -> list[Action] | None:
     """The worker's hook between a round and its report: maintenance if due.
     ``data_files``: the stream's and the lake's live data files as the round saw them.
 
@@ -230,11 +333,12 @@ def after_round(spark: Any, client: Any, job_id: str, table_id: int, epoch: int,
         if not due:
             return None
         started = time.monotonic()
-        actions = maintain(spark, stream, lake, props, position, orphans=bool(orphans))
+        actions = maintain(spark, stream, lake, props, position, orphans=bool(orphans), config=config)
         client.call("record_maintenance", job_id=job_id, table_id=table_id, tiering_epoch=epoch, run_id=run_id,
                     run_trigger=trigger, actions=[asdict(a) for a in actions])
         log.info("maintenance of %s (%s, %.1f s): %s", stream, trigger, time.monotonic() - started,
-                 "; ".join(f"{a.kind}: {a.error or a.detail or 'done'}" for a in actions))
+                 "; ".join(f"{a.kind} ({a.duration_ms / 1000:.1f} s): {a.error or a.detail or 'done'}"
+                           for a in actions))
         return actions
     except Exception:
         log.warning("maintenance of %s could not run", stream, exc_info=True)

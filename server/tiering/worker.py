@@ -188,7 +188,8 @@ class Worker(threading.Thread):
             try:
                 # Still inside the assignment: no round of this table can race it.
                 table_maintenance.after_round(spark, self.client, self.job_id, table_id, epoch, stream,
-                                              lake, props, result.end_position, tables.data_files())
+                                              lake, props, result.end_position, tables.data_files(),
+                                              config=self.config)
                 renewer.done.set()
                 self.client.call("heartbeat", job_id=self.job_id, finished_tables=[dict(
                     entry, force_finished=result.force_finished, rows=result.rows, bytes=result.bytes,

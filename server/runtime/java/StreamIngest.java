@@ -3,6 +3,7 @@ package io.tierlake.internal;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.math.BigDecimal;
+import java.time.OffsetDateTime;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
 import java.util.Collections;
@@ -33,6 +34,10 @@ import org.apache.iceberg.Table;
 import org.apache.iceberg.TableMetadata;
 import org.apache.iceberg.TableProperties;
 import org.apache.iceberg.Transaction;
+import org.apache.iceberg.data.IcebergGenerics;
+import org.apache.iceberg.data.Record;
+import org.apache.iceberg.expressions.Expressions;
+import org.apache.iceberg.io.CloseableIterable;
 import org.apache.iceberg.encryption.EncryptedOutputFile;
 import org.apache.iceberg.exceptions.CommitStateUnknownException;
 import org.apache.iceberg.io.DataWriter;
@@ -86,8 +91,13 @@ import scala.runtime.AbstractPartialFunction;
  * its plan ({@code raise_error}).
  *
  * <p>A write may carry a request id (snapshot-summary key
- * {@link #REQUEST_ID}): a request id already in one of the table's
- * snapshots is acknowledged again and writes nothing.
+ * {@link #REQUEST_ID}): a request id already committed to the table is
+ * acknowledged again and writes nothing. The committer remembers ids for
+ * the retention ({@link #configureLedger}) from three sources: the table's
+ * snapshots, its own commits, and the ledger table ({@code
+ * sys.write_requests}) that stream-snapshot expiry fills with the ids of
+ * the snapshots it removes, so a request id outlives its snapshot and the
+ * snapshot count can stay small at any write rate.
  */
 public final class StreamIngest {
     /** Snapshot-summary key naming the client's request id of a write. */
@@ -100,8 +110,92 @@ public final class StreamIngest {
     public static final AtomicLong ROWS = new AtomicLong();
     private static final com.fasterxml.jackson.databind.ObjectMapper JSON =
             new com.fasterxml.jackson.databind.ObjectMapper();
+    /** The ledger of request ids whose snapshots were expired (sys.write_requests), or null. */
+    private static volatile Table ledger;
+    /** How long a request id is remembered (tierlake.write.request-id-retention). */
+    private static volatile long retentionMs = 3_600_000L;
 
     private StreamIngest() {}
+
+    /**
+     * The ledger table ({@code sys.write_requests}: table_uuid, request_id,
+     * snapshot_id, committed_at) and how long an id is remembered. Called
+     * once at the server's start; committers made before keep their ids.
+     */
+    public static void configureLedger(Table table, long retention) {
+        ledger = table;
+        retentionMs = retention;
+    }
+
+    /**
+     * The request ids of {@code snapshots} (those about to be expired)
+     * committed at or after {@code sinceMs}, as a JSON array of ledger rows
+     * ({@code request_id}, {@code snapshot_id}, {@code committed_at} in
+     * microseconds).
+     */
+    public static String requestIdsOf(List<Snapshot> snapshots, long sinceMs)
+            throws com.fasterxml.jackson.core.JsonProcessingException {
+        List<Map<String, Object>> out = new ArrayList<>();
+        for (Snapshot s : snapshots) {
+            String ids = s.summary() == null ? null : s.summary().get(REQUEST_ID);
+            if (ids == null || s.timestampMillis() < sinceMs) {
+                continue;
+            }
+            for (String id : ids.split("\n")) {
+                Map<String, Object> row = new LinkedHashMap<>();
+                row.put("request_id", id);
+                row.put("snapshot_id", s.snapshotId());
+                row.put("committed_at", s.timestampMillis() * 1000L);
+                out.add(row);
+            }
+        }
+        return JSON.writeValueAsString(out);
+    }
+
+    /**
+     * The snapshots of {@code table}'s {@code main}, newest first, as a JSON
+     * array of {@code [snapshot id, sequence number, timestamp ms]}: one call
+     * instead of three per snapshot through py4j (maintenance walks a
+     * stream's few hundred snapshots after every round at a high write rate).
+     */
+    public static String mainAncestry(Table table) throws com.fasterxml.jackson.core.JsonProcessingException {
+        List<long[]> out = new ArrayList<>();
+        for (Snapshot s = table.currentSnapshot(); s != null;
+             s = s.parentId() == null ? null : table.snapshot(s.parentId())) {
+            out.add(new long[] {s.snapshotId(), s.sequenceNumber(), s.timestampMillis()});
+        }
+        return JSON.writeValueAsString(out);
+    }
+
+    /** Ids of {@code tableUuid} in the ledger committed within the retention: id → commit time (ms). */
+    public static Map<String, Long> ledgerIds(String tableUuid) {
+        Table t = ledger;
+        Map<String, Long> out = new HashMap<>();
+        if (t == null) {
+            return out;
+        }
+        t.refresh();
+        if (t.currentSnapshot() == null) {
+            return out;
+        }
+        long since = System.currentTimeMillis() - retentionMs;
+        try (CloseableIterable<Record> rows = IcebergGenerics.read(t)
+                .where(Expressions.equal("table_uuid", tableUuid)).build()) {
+            for (Record row : rows) {
+                Object at = row.getField("committed_at");
+                long ms = at instanceof OffsetDateTime ? ((OffsetDateTime) at).toInstant().toEpochMilli()
+                        : at instanceof java.time.LocalDateTime
+                        ? ((java.time.LocalDateTime) at).toInstant(java.time.ZoneOffset.UTC).toEpochMilli()
+                        : Long.MAX_VALUE;
+                if (ms >= since) {
+                    out.merge(String.valueOf(row.getField("request_id")), ms, Math::max);
+                }
+            }
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+        return out;
+    }
 
     /** Hold back while another application's commit to {@code table} is retrying. */
     static void yieldToForeignCommits(Table table) {
@@ -211,6 +305,119 @@ public final class StreamIngest {
          * and NULL keys. Queries are checked while they run.
          */
         public String check(String changeType, String keyNames) {
+            return check(changeType, keyNames, null);
+        }
+
+        /**
+         * {@link #check(String, String)}, and then keys with different changes
+         * in this statement that {@code sequenceBy} (null: none) does not
+         * order: {@code "ambiguous\t<keys>\t<first key>"}. The group commit
+         * never puts two statements with a common key in one snapshot, so
+         * this is the round's rule for one commit (changelog_check.sql.j2):
+         * -U rows ignored, a -D's other values do not matter, equal changes
+         * never conflict; with sequence-by, a NULL value or a tie at the
+         * largest value of different changes is ambiguous.
+         */
+        public String check(String changeType, String keyNames, String sequenceBy) {
+            String refused = checkValues(changeType, keyNames);
+            if (refused != null || rows == null || keyNames == null || keyNames.isEmpty()) {
+                return refused;
+            }
+            return ambiguous(changeType, split(keyNames), sequenceBy);
+        }
+
+        private String ambiguous(String changeType, String[] keys, String sequenceBy) {
+            Schema schema = table.schema();
+            int[] keyPos = positions(schema, keys);
+            if (keyPos.length == 0) {
+                return null;
+            }
+            int ctPos = changeType == null ? -1 : position(schema, changeType);
+            int seqPos = sequenceBy == null ? -1 : position(schema, sequenceBy);
+            StructType sparkType = SparkSchemaUtil.convert(schema);
+            int width = sparkType.fields().length;
+            Map<String, List<Object[]>> byKey = new LinkedHashMap<>();
+            StringBuilder b = new StringBuilder();
+            for (InternalRow row : rows) {
+                boolean nullKey = false;
+                b.setLength(0);
+                for (int k : keyPos) {
+                    nullKey |= row.isNullAt(k);
+                    b.append(row.isNullAt(k) ? "" : String.valueOf(row.get(k, sparkType.fields()[k].dataType())))
+                            .append('\u0001');
+                }
+                String ct = ctPos < 0 || row.isNullAt(ctPos) ? null : row.getUTF8String(ctPos).toString();
+                if (nullKey || "-U".equals(ct)) {
+                    continue;
+                }
+                String effect;
+                if ("-D".equals(ct)) {
+                    effect = "\u0002-D";
+                } else {
+                    StringBuilder e = new StringBuilder();
+                    for (int i = 0; i < width; i++) {
+                        if (i != ctPos) {
+                            e.append(row.isNullAt(i) ? "\u0000" : String.valueOf(row.get(i,
+                                    sparkType.fields()[i].dataType()))).append('\u0001');
+                        }
+                    }
+                    effect = e.toString();
+                }
+                Object seq = seqPos < 0 || row.isNullAt(seqPos) ? null
+                        : row.get(seqPos, sparkType.fields()[seqPos].dataType());
+                byKey.computeIfAbsent(b.toString(), x -> new ArrayList<>()).add(new Object[] {seq, effect});
+            }
+            long count = 0;
+            String first = null;
+            for (Map.Entry<String, List<Object[]>> e : byKey.entrySet()) {
+                if (e.getValue().size() > 1 && unordered(e.getValue(), seqPos >= 0)) {
+                    count++;
+                    if (first == null) {
+                        String[] values = e.getKey().split("\u0001", -1);
+                        StringBuilder named = new StringBuilder("(");
+                        for (int i = 0; i < keyPos.length; i++) {
+                            String v = values[i].length() > 40 ? values[i].substring(0, 40) + "…" : values[i];
+                            named.append(i == 0 ? "" : ", ").append(schema.columns().get(keyPos[i]).name())
+                                    .append('=').append(v);
+                        }
+                        first = named.append(')').toString();
+                    }
+                }
+            }
+            return count == 0 ? null : "ambiguous\t" + count + "\t" + first;
+        }
+
+        @SuppressWarnings({"unchecked", "rawtypes"})
+        private static boolean unordered(List<Object[]> changes, boolean sequenced) {
+            Set<Object> effects = new HashSet<>();
+            for (Object[] c : changes) {
+                effects.add(c[1]);
+            }
+            if (effects.size() == 1) {
+                return false;  // the same change twice
+            }
+            if (!sequenced) {
+                return true;
+            }
+            Comparable max = null;
+            for (Object[] c : changes) {
+                if (!(c[0] instanceof Comparable)) {
+                    return true;  // a NULL sequence-by value
+                }
+                if (max == null || ((Comparable) c[0]).compareTo(max) > 0) {
+                    max = (Comparable) c[0];
+                }
+            }
+            Set<Object> atMax = new HashSet<>();
+            for (Object[] c : changes) {
+                if (((Comparable) c[0]).compareTo(max) == 0) {
+                    atMax.add(c[1]);
+                }
+            }
+            return atMax.size() > 1;
+        }
+
+        private String checkValues(String changeType, String keyNames) {
             String[] keys = split(keyNames);
             if (rows == null || (keys.length == 0 && changeType == null)) {
                 return null;
@@ -268,7 +475,13 @@ public final class StreamIngest {
          * the bad value). {@code keyNames}: the key columns, one per line.
          */
         public String commit(String changeType, String keyNames, String changeTypeMessage, String nullKeyMessage) {
-            String refused = check(changeType, keyNames);
+            return commit(changeType, keyNames, null, changeTypeMessage, nullKeyMessage);
+        }
+
+        /** {@link #commit(String, String, String, String)} with the table's sequence-by column (or null). */
+        public String commit(String changeType, String keyNames, String sequenceBy, String changeTypeMessage,
+                             String nullKeyMessage) {
+            String refused = check(changeType, keyNames, sequenceBy);
             if (refused != null) {
                 return refused;
             }
@@ -374,13 +587,25 @@ public final class StreamIngest {
         private final ReentrantLock lock = new ReentrantLock(true);
         private final ConcurrentLinkedQueue<Pending> queue = new ConcurrentLinkedQueue<>();
         private Table table;
-        /** request id → snapshot id, from the snapshots of {@link #indexed}. */
+        /**
+         * request id → commit time (ms): from the snapshots of {@link #indexed},
+         * this committer's own commits and the ledger; kept for the retention
+         * whether or not the snapshot is still there.
+         */
         private final Map<String, Long> requestIds = new ConcurrentHashMap<>();
         private TableMetadata indexed;
+        /** The newest sequence number {@link #index} has seen (format v2 and later). */
+        private long indexedSeq = -1;
+        private long lastPrune = System.currentTimeMillis();
+        private final String uuid;
 
         Committer(Table table) {
             this.table = table;
+            this.uuid = table.uuid().toString();
+            // The snapshots first, then the ledger: expiry writes the ledger before it
+            // removes a snapshot, so an id is in one of the two whenever it happens.
             index(current(table));
+            loadLedger();
         }
 
         boolean committed(String requestId) {
@@ -391,22 +616,58 @@ public final class StreamIngest {
             return ((HasTableOperations) t).operations().current();
         }
 
+        private void loadLedger() {
+            for (Map.Entry<String, Long> e : ledgerIds(uuid).entrySet()) {
+                requestIds.merge(e.getKey(), e.getValue(), Math::max);
+            }
+        }
+
+        /**
+         * Adds the ids of snapshots not seen yet. Snapshots this committer never
+         * saw that are gone already (another process committed them and expiry
+         * removed them in between) leave a gap in the sequence numbers: their
+         * ids are in the ledger, read again then.
+         */
         private void index(TableMetadata metadata) {
             if (metadata == indexed) {
                 return;
             }
-            Map<String, Long> found = new HashMap<>();
+            boolean sequenced = metadata.formatVersion() >= 2;
+            long last = metadata.lastSequenceNumber();
+            long fresh = 0;
             for (Snapshot s : metadata.snapshots()) {
+                if (sequenced && indexed != null && s.sequenceNumber() <= indexedSeq) {
+                    continue;
+                }
+                fresh++;
                 String ids = s.summary() == null ? null : s.summary().get(REQUEST_ID);
                 if (ids != null) {
                     for (String id : ids.split("\n")) {
-                        found.put(id, s.snapshotId());
+                        requestIds.merge(id, s.timestampMillis(), Math::max);
                     }
                 }
             }
-            requestIds.keySet().retainAll(found.keySet());
-            requestIds.putAll(found);
+            if (indexed != null) {
+                boolean gap = sequenced ? last - indexedSeq > fresh
+                        : metadata.snapshots().size() < indexed.snapshots().size();
+                if (gap) {
+                    loadLedger();
+                }
+            }
+            indexedSeq = Math.max(indexedSeq, last);
             indexed = metadata;
+            prune();
+        }
+
+        /** Forget ids older than the retention (at most ten times per retention). */
+        private void prune() {
+            long now = System.currentTimeMillis();
+            if (now - lastPrune < Math.max(1000L, retentionMs / 10)) {
+                return;
+            }
+            lastPrune = now;
+            long floor = now - retentionMs;
+            requestIds.values().removeIf(t -> t < floor);
         }
 
         /** The newer of the committer's table and a statement's freshly analysed copy. */
@@ -573,15 +834,16 @@ public final class StreamIngest {
                 STATEMENTS.incrementAndGet();
                 ROWS.addAndGet(p.rows);
             }
+            long now = System.currentTimeMillis();
+            for (Pending p : writing) {
+                if (p.requestId != null) {
+                    requestIds.put(p.requestId, now);
+                }
+            }
             try {
                 index(current(table));
-                for (Pending p : writing) {
-                    if (p.requestId != null) {
-                        requestIds.putIfAbsent(p.requestId, -1L);
-                    }
-                }
             } catch (RuntimeException e) {
-                indexed = null;  // read again from the snapshots at the next group
+                // indexed stays: the next group indexes from where this one was
             }
         }
 

@@ -101,8 +101,24 @@ def test_bad_change_types_and_null_keys_are_refused_at_insert(server, spark, hiv
     text = error_of(hive_cursor, f"INSERT INTO {table} SELECT CAST(NULL AS BIGINT), amount, status, '+I' "
                                  f"FROM {table}")
     assert text.startswith("23502 ") and "NULL key column (id)" in text, text
+    # Different changes to one key in one statement: tiering could not order them.
+    text = error_of(hive_cursor, f"INSERT INTO {table} (id, amount, status, _change_type) "
+                                 f"VALUES (7, 1, 'a', '+U'), (8, 1, 'a', '+I'), (7, 2, 'a', '+U'), (8, 1, 'a', '-D')")
+    assert text.startswith("21000 ") and "2 key(s) with different changes in one statement" in text \
+        and "e.g. key (id=7)" in text and "declare 'sequence-by'" in text, text
     assert snapshots(spark, table) == before
     assert spark.sql(f"SELECT count(*) FROM {table}").first()[0] == 1
+    # The same change twice, or with a -U, is no conflict.
+    run(hive_cursor, f"INSERT INTO {table} (id, amount, status, _change_type) "
+                     f"VALUES (9, 1, 'a', '+U'), (9, 1, 'a', '+U'), (9, 5, 'z', '-U')")
+    # With sequence-by, distinct values order them; a tie at the largest does not.
+    seq = f"{db}.seq"
+    run(hive_cursor, f"CREATE TABLE {seq} (id BIGINT, version INT, v STRING) TBLPROPERTIES "
+                     "('table.datalake.enabled'='true', 'primary-key'='id', 'sequence-by'='version')")
+    run(hive_cursor, f"INSERT INTO {seq} (id, version, v, _change_type) VALUES (1, 1, 'a', '+U'), (1, 2, 'b', '+U')")
+    text = error_of(hive_cursor, f"INSERT INTO {seq} (id, version, v, _change_type) "
+                                 f"VALUES (2, 3, 'a', '+U'), (2, 3, 'b', '+U'), (2, 1, 'c', '+U')")
+    assert text.startswith("21000 ") and "sequence-by values (version) are NULL or tie" in text, text
     # A log table has no change types or keys to check.
     run(hive_cursor, f"CREATE TABLE {db}.log (id BIGINT, msg STRING) TBLPROPERTIES ('table.datalake.enabled'='true')")
     run(hive_cursor, f"INSERT INTO {db}.log VALUES (NULL, NULL)")
