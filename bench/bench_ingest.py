@@ -164,8 +164,14 @@ class Sampler:
             location = str(table.location()).removeprefix("file:")
             for _, _, files in os.walk(location):
                 row["disk_files"] += sum(1 for f in files if not f.startswith("."))
-            current = str(table.operations().current().metadataFileLocation()).removeprefix("file:")
-            row["metadata_kb"] += os.path.getsize(current) / 1024
+            for _ in range(5):  # the file may be replaced (and the old one deleted) between the two reads
+                table.refresh()
+                current = str(table.operations().current().metadataFileLocation()).removeprefix("file:")
+                try:
+                    row["metadata_kb"] += os.path.getsize(current) / 1024
+                    break
+                except FileNotFoundError:
+                    continue
         row["ledger_rows"] = spark.sql("SELECT count(*) FROM sys.write_requests").first()[0]
         return row
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import importlib
 import logging
 import secrets
+import socket
 import threading
 import time
 from typing import Any
@@ -12,7 +14,7 @@ from typing import Any
 from tierlake.procedures import load_builtins
 from tierlake.server.changelog import fresh_view
 from tierlake.server.coordinator.coordinator import Coordinator
-from tierlake.server.exceptions import ConfigError
+from tierlake.server.exceptions import ConfigError, PortInUseError
 from tierlake.server.gateway.handler import CallHandler
 from tierlake.server.gateway.ingest import IngestHandler
 from tierlake.server.ingest.writer import StreamWriter
@@ -94,6 +96,21 @@ def load_extensions(config: Config) -> list[str]:
     return names
 
 
+def check_port_free(host: str, port: int) -> None:
+    """Raise :class:`PortInUseError` if the gateway could not listen on ``host:port`` (0: any port)."""
+    if not port:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        socket.create_server((host, port), family=family).close()
+    except OSError as e:
+        if e.errno != errno.EADDRINUSE:
+            return  # the gateway's own bind reports anything else
+        raise PortInUseError(
+            f"port {port} on {host} is in use (another tierlake server?); stop it, or start this one on "
+            "another port with --port N (tierlake.gateway.port)") from None
+
+
 class Server:
     """One tierlake server process. ``start()`` returns when clients can connect."""
 
@@ -140,6 +157,7 @@ class Server:
                                                self.thrift_port, self.registry,
                                                on_session_opened=self._session_opened,
                                                backend_secret=self.internal_secret)
+            check_port_free(self.gateway.host, self.gateway.port)  # and a taken port, before a minute of start
             self.spark = build_spark(self.config, self.thrift_port)
             log.info("SQL functions: %s", ", ".join(sql_functions.functions.register_into(self.spark)) or "none")
             applied = migrations.migrate(self.spark)

@@ -148,7 +148,9 @@ def _sql(args: argparse.Namespace) -> int:
     status = 0
     with conn:
         cursor = conn.cursor()
-        for statement in args.statements:
+
+        def run(statement: str) -> None:
+            nonlocal status
             try:
                 _execute_with_progress(cursor, statement)
                 rows = _fetch(cursor)
@@ -160,7 +162,64 @@ def _sql(args: argparse.Namespace) -> int:
             except exc.OperationalError as e:
                 print(f"Error: {_error_text(e)}", file=sys.stderr)
                 status = 1
+            sys.stdout.flush()
+
+        if args.statements:
+            for statement in args.statements:
+                run(statement)
+        else:
+            _interactive(run, args.url)
+            if sys.stdin.isatty():
+                return 0  # a person saw each error as it came; statements piped in still set the status
     return status
+
+
+HISTORY_FILE = "~/.tierlake_sql_history"
+HISTORY_LENGTH = 1000
+
+
+def _interactive(run, url: str) -> None:
+    """Statements from the terminal (line editing and history through the
+    standard library's ``readline``) or from stdin, each ending with ``;``
+    (a statement may span lines); ``\\q`` or end of input quits."""
+    from tierlake.server.clients.statements import StatementBuffer
+
+    tty = sys.stdin.isatty()
+    history = os.path.expanduser(HISTORY_FILE)
+    if tty:
+        try:
+            import readline
+
+            readline.set_history_length(HISTORY_LENGTH)
+            if os.path.exists(history):
+                readline.read_history_file(history)
+        except (ImportError, OSError):  # no readline (or an unreadable history): plain input() still works
+            readline = None
+        print(f"connected to {url}; end statements with ';', \\q quits", file=sys.stderr)
+    buffer = StatementBuffer()
+    try:
+        while True:
+            try:
+                line = input(("tierlake> " if buffer.empty else "      -> ") if tty else "")
+            except EOFError:
+                break
+            except KeyboardInterrupt:  # Ctrl-C drops the statement being typed, as psql does
+                print(file=sys.stderr)
+                buffer = StatementBuffer()
+                continue
+            if buffer.empty and line.strip() in ("\\q", "quit", "exit"):
+                break
+            for statement in buffer.feed(line):
+                run(statement)
+        rest = buffer.rest()
+        if rest:
+            run(rest)
+    finally:
+        if tty and readline is not None:
+            try:
+                readline.write_history_file(history)
+            except OSError:
+                pass
 
 
 def _execute_with_progress(cursor, statement: str) -> None:
@@ -251,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     ts.set_defaults(func=_tiering_service)
 
     q = sub.add_parser("sql", help="run statements through the gateway and print the results")
-    q.add_argument("statements", nargs="+", metavar="STATEMENT")
+    q.add_argument("statements", nargs="*", metavar="STATEMENT",
+                   help="statements to run; none: an interactive session (statements end with ';', \\q quits)")
     q.add_argument("--url", default=os.environ.get("TIERLAKE_URL", "jdbc:hive2://127.0.0.1:10000/default"))
     q.add_argument("--user", default=os.environ.get("USER", "tierlake"))
     q.add_argument("--password", help="gateway password (default $TIERLAKE_PASSWORD)")

@@ -32,6 +32,12 @@ class HomeInUseError(ConfigError):
     error_code = 1002
 
 
+class PortInUseError(ConfigError):
+    """The gateway's port is taken (checked before Spark starts)."""
+
+    error_code = 1004
+
+
 class JarResolutionError(ConfigError):
     """The Iceberg runtime jars could not be found or rebuilt."""
 

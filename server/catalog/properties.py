@@ -97,6 +97,7 @@ class Property:
     example: str = ""  # a valid value, quoted as users write it (error messages, docs)
     minimum: int | None = None  # int properties: the smallest value allowed
     maximum: int | None = None  # int properties: the largest value allowed
+    min_seconds: float | None = None  # duration properties: the shortest value allowed
 
 
 TABLE_PROPERTIES: tuple[Property, ...] = (
@@ -109,8 +110,9 @@ TABLE_PROPERTIES: tuple[Property, ...] = (
     Property(SEQUENCE_BY, None, "column", "orders changes to one key within a commit (needs `primary-key`)",
              example="'ts'"),
     Property(FRESHNESS_PROPERTY, DEFAULT_FRESHNESS, "duration",
-             "how stale the lake may get; `ALTER TABLE … SET TBLPROPERTIES` through the gateway checks the "
-             "value and reschedules at once", example="'1 min' or '30 s'"),
+             "how stale the lake may get, at least `1 s` (each round costs a lake commit); `ALTER TABLE … SET "
+             "TBLPROPERTIES` through the gateway checks the value and reschedules at once",
+             example="'1 min' or '30 s'", min_seconds=1),
     Property(LAKE_PARTITION, None, "transforms", "lake table partition transforms, e.g. `days(ts), bucket(4, id)`",
              example="'days(ts), bucket(4, id)'"),
     Property(MAX_ROUND, None, "duration",
@@ -258,10 +260,31 @@ INTERNAL_PREFIX = "tierlake."
 _NAME = re.compile(r"^[A-Za-z_]\w*$")
 
 
+def _normal(key: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", key.lower())
+
+
+def lookalike(key: str) -> str | None:
+    """The user property ``key`` was probably meant to be (``primary_key``,
+    ``Bucket.Num``, ``primary.keys``), or None for an exact key or one that
+    looks like none of them (Iceberg's and users' own keys)."""
+    if key in BY_KEY:
+        return None
+    known = {_normal(p.key): p.key for p in TABLE_PROPERTIES if not p.internal}
+    if _normal(key) in known:
+        return known[_normal(key)]
+    top = {_normal(p.key): p.key for p in TABLE_PROPERTIES
+           if not p.internal and not p.key.startswith(CHECKED_PREFIXES)}
+    match = difflib.get_close_matches(_normal(key), list(top), n=1, cutoff=0.85)
+    return top[match[0]] if match else None
+
+
 def governed(key: str) -> bool:
-    """``key`` is one :func:`validate` checks (a user property, a checked prefix or ``tierlake.*``)."""
+    """``key`` is one :func:`validate` checks (a user property, a checked prefix,
+    ``tierlake.*``, or a key that looks like a user property)."""
     prop = BY_KEY.get(key)
-    return (prop is not None and not prop.internal) or key.startswith((*CHECKED_PREFIXES, INTERNAL_PREFIX))
+    return ((prop is not None and not prop.internal) or key.startswith((*CHECKED_PREFIXES, INTERNAL_PREFIX))
+            or lookalike(key) is not None)
 
 
 def expected(prop: Property) -> str:
@@ -272,7 +295,8 @@ def expected(prop: Property) -> str:
     if prop.type == "choice":
         return "one of " + ", ".join(f"'{c}'" for c in prop.choices)
     if prop.type == "duration":
-        return f"a duration{example}"
+        least = f" of at least {prop.min_seconds:g} s" if prop.min_seconds is not None else ""
+        return f"a duration{least}{example}"
     if prop.type == "int":
         if prop.minimum is not None and prop.maximum is not None:
             bounds = f" from {prop.minimum} to {prop.maximum}"
@@ -338,9 +362,15 @@ def _check(prop: Property, value: str, columns: set[str] | None) -> None:
             raise _invalid(prop, value)
     elif prop.type == "duration":
         try:
-            parse_duration(value, prop.key)
+            duration = parse_duration(value, prop.key)
         except InvalidArgumentError:
             raise _invalid(prop, value) from None
+        # A bare number would be milliseconds (Fluss's reading): '5' meant as
+        # minutes became 5 ms. Only '0' may go without a unit.
+        if value.strip() != "0" and not re.search(r"[a-zA-Z]", value):
+            raise _invalid(prop, value, "a duration needs a unit (ms, s, min, h, d)")
+        if prop.min_seconds is not None and duration.total_seconds() < prop.min_seconds:
+            raise _invalid(prop, value, "shorter than the minimum")
     elif prop.type == "int":
         try:
             number = int(value.strip())
@@ -369,8 +399,9 @@ def validate(props: dict[str, str], columns: Iterable[Any] | None = None) -> Non
     properties must name columns of the table when ``columns`` (names or
     :class:`Column`-like objects with ``name``) are known; ``sequence-by``
     needs ``primary-key``. ``tierlake.*`` keys are tierlake's own and refused;
-    unknown keys under ``table.datalake.``, ``table.log.`` and ``kv.`` are
-    refused with a did-you-mean. Other keys (Iceberg's, users' own) pass.
+    unknown keys under ``table.datalake.``, ``table.log.`` and ``kv.``, and
+    keys that look like a user property (:func:`lookalike`), are refused
+    with a did-you-mean. Other keys (Iceberg's, users' own) pass.
     Raises ``InvalidArgumentError`` naming the property, the value and an example.
     """
     names = None if columns is None else {str(getattr(c, "name", c)).lower() for c in columns}
@@ -379,6 +410,9 @@ def validate(props: dict[str, str], columns: Iterable[Any] | None = None) -> Non
         if prop is None or prop.internal:
             if key.startswith((*CHECKED_PREFIXES, INTERNAL_PREFIX)):
                 raise _unknown(key)
+            meant = lookalike(key)
+            if meant is not None:
+                raise InvalidArgumentError(f"unknown table property '{key}'; did you mean '{meant}'?")
             continue
         _check(prop, "" if value is None else str(value), names)
     if (props.get(SEQUENCE_BY) or "").strip() and not (props.get(PRIMARY_KEY) or "").strip():

@@ -7,6 +7,7 @@ change is one :meth:`Coordinator.mutate` through the state machine.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -129,7 +130,9 @@ def register_table(
             state.tiered_position = tiered_position
             state.last_tiered_time = now
         states[table_id] = state
-        return (state, True), True, []
+        # A copy: the coordinator's next check may move the registered state on (Scheduled → Pending)
+        # before the caller answers, and the answer is what this registration made.
+        return (copy.copy(state), True), True, []
 
     return coord.mutate(change)
 
@@ -160,6 +163,24 @@ def unregister_table(ctx: Context, path: TablePath) -> TableState:
         found = registered(states, path)
         del states[found.table_id]
         return found, True, [sm.disable(found, now)]
+
+    return coordinator(ctx).mutate(change)
+
+
+def follow_table_change(ctx: Context, path: TablePath, renamed_to: TablePath | None) -> TableState | None:
+    """After ``DROP TABLE`` (``renamed_to`` None) of a registered stream table,
+    its registration is removed as ``sys.disable_tiering`` would; after a
+    rename it follows the table to its new name. None if it was not registered."""
+
+    def change(states: dict[int, TableState], now: datetime):
+        found = find_registered(states, path)
+        if found is None:
+            return None, False, []
+        if renamed_to is None:
+            del states[found.table_id]
+            return found, True, [sm.disable(found, now)]
+        found.database_name, found.table_name = renamed_to.database, renamed_to.table
+        return found, True, []
 
     return coordinator(ctx).mutate(change)
 

@@ -302,7 +302,7 @@ def schedule(states: dict[int, TableState], now: datetime, policy: Policy,
             if seen is not None and now - seen >= policy.heartbeat_timeout:
                 fail(state,
                      f"tiering job {state.job_id} sent no heartbeat for {format_duration(now - seen)} "
-                     f"(tiering.heartbeat.timeout is {format_duration(policy.heartbeat_timeout)}); "
+                     f"(tierlake.tiering.heartbeat-timeout is {format_duration(policy.heartbeat_timeout)}); "
                      "the table was re-queued",
                      now, policy, out, outcome="timed_out", requeue_now=True)
         elif state.status in (Status.SCHEDULED, Status.FAILED):

@@ -184,6 +184,17 @@ def parse_call(sql: str) -> CallStatement:
         raise SqlSyntaxError(f"cannot parse CALL: missing '(' after sys.{parts[1]}")
     if tokens[-1].token_type != TokenType.R_PAREN:
         raise SqlSyntaxError(f"cannot parse CALL: the argument list of sys.{parts[1]} is not closed with ')'")
+    for before, after in zip(tokens[i:], tokens[i + 1:], strict=False):
+        # Spark joins adjacent string literals ('a' 'b' is 'ab'), so a doubled
+        # quote inside a literal is no escape: it ends the literal and starts
+        # another. Written with no space in between, it was meant as one
+        # literal; say so instead of running something else.
+        if before.token_type == after.token_type == TokenType.STRING and after.start == before.end + 1:
+            raise SqlSyntaxError(
+                "cannot parse CALL: '' inside a string literal is not an escape in Spark SQL (it ends the "
+                f"literal and starts another, so {before.text!r} and {after.text!r} would be joined as "
+                f"{before.text + after.text!r}); write \\' for a quote inside a literal, or use double quotes "
+                'for a string inside a query ("click")')
     depth = 0
     previous = None
     for tok in tokens[i:]:

@@ -15,7 +15,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from tierlake.server.catalog.properties import BUCKETS, ENABLED, PRIMARY_KEY, SEQUENCE_BY, governed
+from tierlake.server.catalog.properties import BUCKETS, ENABLED, PRIMARY_KEY, SEQUENCE_BY, governed, validate
 from tierlake.server.catalog.spec import Column
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.exceptions import InvalidArgumentError, SqlSyntaxError
@@ -30,9 +30,16 @@ class TieredCreate:
     as_select: str | None
 
 
+# Substrings of every key that may name a tiering property, misspelt ones
+# included ('table.datalake.enable', 'primary_key', 'bucket_num'): a CREATE
+# holding one is read, so a misspelling is refused instead of becoming a
+# plain (Hive text) table.
+_CREATE_MARKERS = ("datalake", "primary", "bucket", "sequence", "table.log.", "kv.", "tierlake.")
+
+
 def _quick_check(statement: str) -> bool:
     lowered = statement.lower()
-    return "create" in lowered and ENABLED in lowered
+    return "create" in lowered and any(m in lowered for m in _CREATE_MARKERS)
 
 
 def may_be_tiering_ddl(statement: str) -> bool:
@@ -40,7 +47,7 @@ def may_be_tiering_ddl(statement: str) -> bool:
     :func:`parse_tiered_create` or :func:`parse_tiering_alter` take, for
     callers that have no parse of the statement yet."""
     lowered = statement.lower()
-    return ("create" in lowered and ENABLED in lowered) or (
+    return _quick_check(statement) or (
         "alter" in lowered and any(m in lowered for m in _ALTER_MARKERS))
 
 
@@ -69,8 +76,20 @@ def parse_tiered_create(statement: str, current_database: str = "default") -> Ti
             key = prop.this.name if isinstance(prop.this, exp.Expression) else str(prop.this)
             value = prop.args.get("value")
             properties[key] = value.name if isinstance(value, exp.Expression) else str(value)
+    if ENABLED not in properties:
+        tiering = [k for k in properties if governed(k)]
+        if not tiering:
+            return None
+        # A misspelt key gets its did-you-mean, whatever the table.
+        validate({k: properties[k] for k in tiering})
+        if (using or "").lower() == "iceberg":
+            return None  # an Iceberg table to enable later (sys.enable_tiering reads these properties)
+        raise InvalidArgumentError(
+            f"table properties {', '.join(repr(k) for k in tiering)} configure tiering, but the table sets "
+            f"neither '{ENABLED}'='true' nor USING iceberg, so Spark would make a plain Hive table of it: add "
+            f"'{ENABLED}'='true' for a tiered table (or USING iceberg to enable tiering later)")
     # 'false' is a plain table; anything but 'true' is refused by the property check.
-    if properties.get(ENABLED, "false").strip().lower() == "false":
+    if properties[ENABLED].strip().lower() == "false":
         return None
     if using and using.lower() != "iceberg":
         raise InvalidArgumentError(f"tiered tables are Iceberg tables; USING {using} is not possible")

@@ -1,6 +1,7 @@
-"""``DROP TABLE`` and ``ALTER TABLE … RENAME TO`` of a tiered table that has a
-fresh view (docs/tiering.md, "Fresh views"): the gateway runs the statement,
-then drops the view or re-creates it under the new name.
+"""``DROP TABLE`` and ``ALTER TABLE … RENAME TO`` of a tiered table (or one
+that has a fresh view; docs/tiering.md, "Fresh views"): the gateway runs the
+statement, then drops the view or re-creates it under the new name, and the
+handler removes the table's registration or moves it to the new name.
 
 What the statement is comes from Spark's own parse, in the session that runs
 it (a second parser could read ``/* /*+ */ SELECT 1 -- */ DROP TABLE d.t``
@@ -15,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tierlake.server.catalog.properties import ENABLED, FRESH_VIEW_PROPERTY
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.catalog.tiered_tables import lake_of
 from tierlake.server.changelog import fresh_view
@@ -95,11 +97,13 @@ def spark_root(jsession: Any, statement: str) -> str | None:
 
 
 def has_fresh_view(spark: Any, table: TablePath) -> bool:
-    """The table exists and names a fresh view (a cheap metadata read, only for DROP/RENAME statements)."""
+    """The table exists and is tiered or names a fresh view (a cheap metadata read, only for DROP/RENAME
+    statements): the gateway runs the statement and keeps the view and the registration in step."""
     try:
-        return fresh_view.view_of(spark, table) is not None
+        props = dict(iceberg_table(spark, table.quoted).properties())
     except Exception:  # noqa: BLE001 - not an Iceberg table, or no such table: Spark answers the statement
         return False
+    return FRESH_VIEW_PROPERTY in props or str(props.get(ENABLED, "")).lower() == "true"
 
 
 def run_table_change(spark: Any, config: Any, change: TableChange, statement: str) -> None:

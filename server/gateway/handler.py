@@ -123,7 +123,7 @@ class CallHandler:
         return spark_root(self._jsession(), statement)
 
     def _fresh_view_change(self, statement: str):
-        """DROP/RENAME of a table with a fresh view (server/gateway/fresh_ddl.py)."""
+        """DROP/RENAME of a tiered table or one with a fresh view (server/gateway/fresh_ddl.py)."""
         change = spark_table_change(self._jsession(), statement)
         if change is None or not has_fresh_view(self.context_factory(None).spark, change.table):
             return None
@@ -142,6 +142,10 @@ class CallHandler:
                 raise SqlSyntaxError("not a statement the gateway runs itself")
             ctx = self.context_factory(session.user)
             run_table_change(ctx.spark, ctx.config, ddl, statement)
+            from tierlake.server.coordinator.registration import follow_table_change
+
+            # A dropped stream table is no longer tiered; a renamed one keeps being tiered under its new name.
+            follow_table_change(ctx, ddl.table, ddl.renamed_to)
             return LocalResult(columns=[("Result", "string")], rows=[])
         except TierlakeError:
             raise

@@ -35,7 +35,7 @@ LEASE_TABLE = "sys.kv_snapshot_lease_state"
 TAG_PREFIX = "tierlake_lease_"
 DEFAULT_DURATION = "6 h"
 RESULT_COLUMNS = [("table_path", "string"), ("bucket", "int"), ("snapshot_id", "bigint"),
-                  ("status", "string"), ("expires_at", "timestamp")]
+                  ("status", "string"), ("expires_at", "timestamp"), ("detail", "string")]
 
 
 def tag_prefix(lease_id: str) -> str:
@@ -140,10 +140,16 @@ class Leases:
         out = []
         for bucket, sid in wanted.items():
             if sid in available:
-                out.append((str(stream), bucket, sid, "acquired", expires))
+                out.append((str(stream), bucket, sid, "acquired", expires, None))
             else:
                 log.warning("lease %s: KV snapshot %s of %s bucket %d is unavailable", lease_id, sid, stream, bucket)
-                out.append((str(stream), bucket, sid, "unavailable", None))
+                if sid is None:
+                    why = (f"{stream} has no KV snapshot yet: CALL sys.kv_snapshot('{stream}') takes one now (the "
+                           "first automatic one comes kv.snapshot.interval, 10 min by default, after registration)")
+                else:
+                    why = (f"KV snapshot {sid} of {stream} is not retained any more: lease the newest (a NULL id) or "
+                           "one listed in sys.kv_snapshots")
+                out.append((str(stream), bucket, sid, "unavailable", None, why))
         return out
 
     def release(self, lease_id: str, stream: TablePath | None, buckets: list[int] | None = None) -> list[tuple]:
@@ -167,7 +173,8 @@ class Leases:
         gone = self.table.update(change)
         self._sync_tags({(r["lease_id"], r["kv_table"]) for r in gone})
         return [
-            (f"{r['database_name']}.{r['table_name']}", r["bucket"], r["snapshot_id"], "released", r["expires_at"])
+            (f"{r['database_name']}.{r['table_name']}", r["bucket"], r["snapshot_id"], "released", r["expires_at"],
+             None)
             for r in sorted(gone, key=lambda r: (r["database_name"], r["table_name"], r["bucket"]))
         ]
 

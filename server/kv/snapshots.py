@@ -141,11 +141,17 @@ def compact_kv_table(spark: Any, stream: TablePath, catalog: KvCatalog | None = 
         if files < KV_COMPACT_MIN_FILES and not deletes:
             return None
         position, stream_snapshot, current = _newest_in_kv_table(spark, kv)
+        carried = {KV_POSITION: str(position), KV_STREAM_SNAPSHOT: str(stream_snapshot), P.MAINTENANCE: "compaction",
+                   P.COMMIT_USER: lake_write.COMMIT_USER}
         done = im.compact(spark, kv.quoted, {
-            "min-input-files": "2", "delete-file-threshold": "1", "remove-dangling-deletes": "true"},
-            {KV_POSITION: str(position), KV_STREAM_SNAPSHOT: str(stream_snapshot), P.MAINTENANCE: "compaction",
-             P.COMMIT_USER: lake_write.COMMIT_USER})
+            "min-input-files": "2", "delete-file-threshold": "1", "remove-dangling-deletes": "true",
+            "use-starting-sequence-number": "false"}, carried)  # every delete file dangles after (table_maintenance)
         new = iceberg_table(spark, kv.quoted).currentSnapshot()
+        if new is not None and KV_POSITION not in summary(new):
+            # Iceberg removes the dangling delete files in a commit of its own, without the
+            # rewrite's summary: the KV table's current snapshot must name its position.
+            lake_write.append_empty(spark, kv, carried)
+            new = iceberg_table(spark, kv.quoted).currentSnapshot()
         if new is not None and int(new.snapshotId()) != int(current.snapshotId()):
             catalog.add(KvSnapshot(stream.database, stream.table, str(kv), int(new.snapshotId()), position,
                                    stream_snapshot, datetime.fromtimestamp(new.timestampMillis() / 1000,

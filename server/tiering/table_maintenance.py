@@ -148,9 +148,16 @@ def compact_lake(spark: Any, lake: TablePath, action: Action) -> None:
     # the tiering snapshot (a user's commit in between keeps its own meaning).
     if tiering is None or int(tiering.snapshotId()) != int(table.currentSnapshot().snapshotId()):
         carried = {}
+    # use-starting-sequence-number off: the rewritten files get the rewrite's own
+    # sequence number, newer than every delete file, so remove-dangling-deletes
+    # drops them all. With Iceberg's default the files keep the starting
+    # snapshot's number, and the deletes of that snapshot (the last round's
+    # MERGE) stayed: "delete files 8 -> 4". Safe here: no round of the table
+    # runs during its maintenance, and a conflicting user DELETE fails the rewrite.
     done = im.compact(spark, lake.quoted, {
         "min-input-files": str(COMPACT_MIN_FILES), "delete-file-threshold": "1",
-        "remove-dangling-deletes": "true"}, {**carried, P.MAINTENANCE: "compaction"})
+        "remove-dangling-deletes": "true", "use-starting-sequence-number": "false"},
+        {**carried, P.MAINTENANCE: "compaction"})
     after_files, after_deletes = im.data_file_counts(iceberg_table(spark, lake.quoted))
     action.files_rewritten, action.files_added = done.files_rewritten, done.files_added
     action.delete_files_rewritten = max(done.delete_files_removed, deletes - after_deletes)

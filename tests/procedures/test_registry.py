@@ -140,3 +140,28 @@ def test_every_builtin_procedure_is_documented():
         assert proc.description, proc.name
         assert all(p.description for p in proc.params), proc.name
         assert proc.returns, proc.name
+
+
+def test_the_extension_example_of_the_docs_registers_and_runs(tmp_path, monkeypatch):
+    """docs/procedures.md's extension module, as written, loaded through tierlake.extensions."""
+    import re
+    import sys
+    from pathlib import Path
+
+    from tierlake.server.app import load_extensions
+    from tierlake.server.runtime.config import Config
+    from tierlake.server.sqlapi import registry as shared
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "procedures.md").read_text()
+    block = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    (tmp_path / "myco_procs.py").write_text(block)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = Config.load(home=tmp_path / "home", conf={"tierlake.extensions": "myco_procs"})
+    try:
+        assert load_extensions(config) == ["myco_procs"]
+        hello = shared.default.get("hello")
+        assert hello.signature() == "sys.hello(name STRING = 'world')"
+        assert hello.invoke(None, [], {"name": "docs"}) == [("hello docs",)]
+    finally:
+        shared.default.unregister("hello")
+        monkeypatch.delitem(sys.modules, "myco_procs", raising=False)

@@ -196,7 +196,7 @@ def test_a_silent_job_loses_its_table_with_an_error(tables, hive_cursor):
     row = wait_for(lambda: (r := status(hive_cursor, database, table)) and r[2] == "Pending" and r, timeout=40)
     assert row[3] == assigned[3] + 1
     assert "tiering job silent-job sent no heartbeat for" in row[5]
-    assert "tiering.heartbeat.timeout is 8 s" in row[5]
+    assert "(tierlake.tiering.heartbeat-timeout is 8 s)" in row[5]
     rows = call(hive_cursor, "heartbeat", job_id="silent-job",
                 tiering_tables=[{"table_id": ids[path], "tiering_epoch": assigned[3]}])
     assert "is stale" in rows[0][4]

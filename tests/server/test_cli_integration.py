@@ -68,6 +68,15 @@ def test_server_lifecycle_restart_and_home_lock(tmp_path):
         assert second.returncode == 2
         assert "is in use by another tierlake process" in second.stderr
         assert f"pid {proc.pid}" in second.stderr
+        # Another home on the same port: refused before Spark starts (a start takes a minute), saying what to do.
+        third = subprocess.run(
+            tierlake_command() + ["server", "--home", str(tmp_path / "other"), "--port", str(port)],
+            capture_output=True, text=True, env=subprocess_env(), timeout=120,
+        )
+        assert third.returncode == 2, third.stderr
+        assert f"port {port} on 127.0.0.1 is in use" in third.stderr and "--port N" in third.stderr, third.stderr
+        assert not (tmp_path / "other" / "logs" / "spark.log").exists() or \
+            "SparkContext" not in (tmp_path / "other" / "logs" / "spark.log").read_text()
 
         r = _sql(
             url,

@@ -30,7 +30,10 @@ BAD = [
     (properties.BUCKETS, "0", "out of range; expected a whole number from 1 to 1024 such as '4'"),
     (properties.BUCKETS, "many", "expected a whole number from 1 to 1024"),
     (properties.SEQUENCE_BY, "nope", "'nope' is not a column of the table"),
-    (properties.FRESHNESS_PROPERTY, "soon", "expected a duration such as '1 min' or '30 s'"),
+    (properties.FRESHNESS_PROPERTY, "soon", "expected a duration of at least 1 s such as '1 min' or '30 s'"),
+    (properties.FRESHNESS_PROPERTY, "5", "a duration needs a unit (ms, s, min, h, d)"),
+    (properties.FRESHNESS_PROPERTY, "0 s", "shorter than the minimum; expected a duration of at least 1 s"),
+    (properties.FRESHNESS_PROPERTY, "500 ms", "shorter than the minimum"),
     (properties.LAKE_PARTITION, "days(ts", "cannot read 'days(ts'"),
     (properties.LAKE_PARTITION, "days(nope)", "'nope' is not a column of the table"),
     (properties.MAX_ROUND, "long", "expected a duration such as '10 min'"),
@@ -38,6 +41,7 @@ BAD = [
     (properties.QUALITY, "strict", "expected one of 'off', 'warn', 'block'"),
     (properties.SNAPSHOT_MAX_AGE, "forever", "expected a duration such as '1 d' or '6 h'"),
     (properties.SNAPSHOT_MIN_RETAINED, "0", "out of range; expected a whole number of at least 1"),
+    (properties.STREAM_MAX_SNAPSHOTS, "0", "out of range; expected a whole number of at least 1"),
     (properties.AUTO_COMPACTION, "sometimes", "expected 'true' or 'false'"),
     (properties.LOG_TTL, "forever", "expected a duration such as '7 d'"),
     (properties.SNAPSHOT_INTERVAL, "often", "expected a duration such as '10 min' or '0'"),
@@ -67,14 +71,14 @@ def test_a_bad_value_names_the_property_the_value_and_what_is_expected(key, valu
 
 def test_the_issue_example():
     with pytest.raises(InvalidArgumentError, match=r"^invalid value 'soon' for table property "
-                       r"'table\.datalake\.freshness': expected a duration such as '1 min' or '30 s'$"):
+                       r"'table\.datalake\.freshness': expected a duration of at least 1 s such as '1 min' or '30 s'$"):
         properties.validate({"table.datalake.freshness": "soon"})
 
 
 def test_good_values_pass():
     properties.validate({
         properties.ENABLED: "TRUE", properties.PRIMARY_KEY: "K, ts", properties.BUCKETS: "1024",
-        properties.SEQUENCE_BY: "ts", properties.FRESHNESS_PROPERTY: "0 s", properties.LAKE_PARTITION:
+        properties.SEQUENCE_BY: "ts", properties.FRESHNESS_PROPERTY: "1 s", properties.LAKE_PARTITION:
         "days(ts), bucket(4, k), truncate(2, v), v", properties.MAX_ROUND: "10 min", properties.CHUNK_ROWS: "1",
         properties.QUALITY: "Block", properties.LOG_TTL: "7 d", properties.SNAPSHOT_INTERVAL: "0",
         properties.NUM_RETAINED: "1", properties.FORMAT_VERSION: "2",
@@ -109,6 +113,49 @@ def test_an_unknown_key_gets_a_did_you_mean(key, suggestion):
     with pytest.raises(InvalidArgumentError) as info:
         properties.validate({key: "1"})
     assert info.value.message == f"unknown table property '{key}'; did you mean '{suggestion}'?"
+
+
+@pytest.mark.parametrize("key, suggestion", [
+    ("primary_key", "primary-key"), ("Primary.Key", "primary-key"), ("primary-keys", "primary-key"),
+    ("bucket_num", "bucket.num"), ("bucket.number", "bucket.num"), ("sequence_by", "sequence-by"),
+])
+def test_a_key_that_looks_like_a_property_gets_a_did_you_mean(key, suggestion):
+    with pytest.raises(InvalidArgumentError) as info:
+        properties.validate({key: "id"})
+    assert info.value.message == f"unknown table property '{key}'; did you mean '{suggestion}'?"
+    assert properties.governed(key)
+
+
+@pytest.mark.parametrize("key", ["write.format.default", "owner", "comment", "write.target-file-size-bytes",
+                                 "my.team"])
+def test_other_keys_pass(key):
+    properties.validate({key: "x"})
+    assert properties.lookalike(key) is None
+
+
+def test_a_create_with_tiering_keys_but_no_switch_is_refused_with_the_typo_named():
+    from tierlake.server.gateway.ddl import parse_tiered_create
+
+    with pytest.raises(InvalidArgumentError) as info:
+        parse_tiered_create("CREATE TABLE d.t (id BIGINT) TBLPROPERTIES ('table.datalake.enable'='true')")
+    assert info.value.message == ("unknown table property 'table.datalake.enable'; "
+                                  "did you mean 'table.datalake.enabled'?")
+    with pytest.raises(InvalidArgumentError) as info:
+        parse_tiered_create("CREATE TABLE d.t (id BIGINT) TBLPROPERTIES ('table.datalake.freshness'='1 min')")
+    assert "configure tiering, but the table sets neither 'table.datalake.enabled'='true' nor USING iceberg, so " \
+        "Spark would make a plain Hive table of it" in info.value.message
+    # An Iceberg table to enable later keeps them (sys.enable_tiering reads them), once they are spelt right.
+    assert parse_tiered_create("CREATE TABLE d.t (k BIGINT) USING iceberg TBLPROPERTIES ('primary-key'='k')") is None
+    with pytest.raises(InvalidArgumentError, match="did you mean 'primary-key'"):
+        parse_tiered_create("CREATE TABLE d.t (k BIGINT) USING iceberg TBLPROPERTIES ('primary_key'='k')")
+    create = parse_tiered_create("CREATE TABLE d.t (id BIGINT) TBLPROPERTIES ('table.datalake.enabled'='true', "
+                                 "'primary_key'='id')")
+    with pytest.raises(InvalidArgumentError, match="did you mean 'primary-key'"):
+        properties.validate(create.properties, create.columns)  # what the gateway runs before creating
+    # Plain tables stay Spark's: no tiering keys, or tiering switched off on purpose.
+    assert parse_tiered_create("CREATE TABLE d.t (bucket BIGINT) USING iceberg TBLPROPERTIES ('owner'='x')") is None
+    assert parse_tiered_create("CREATE TABLE d.t (id BIGINT) TBLPROPERTIES ('table.datalake.enabled'='false', "
+                               "'bucket.num'='4')") is None
 
 
 def test_an_unknown_key_without_a_near_one_lists_the_known_ones():
@@ -293,6 +340,15 @@ def test_create_names_a_typo(server, spark, hive_cursor, db):
                                     "('table.datalake.enabled'='true', 'tierlake.lake-table'='x.y')")
     assert "table property 'tierlake.lake-table' is tierlake's own bookkeeping" in message
     assert_nothing_created(server, spark, db, "typo2")
+    # A misspelt switch, or a misspelt key, never makes a plain (Hive text) table instead.
+    message = error_of(hive_cursor, f"CREATE TABLE {db}.typo2 (id BIGINT) TBLPROPERTIES "
+                                    "('table.datalake.enable'='true')")
+    assert "unknown table property 'table.datalake.enable'; did you mean 'table.datalake.enabled'?" in message
+    message = error_of(hive_cursor, f"CREATE TABLE {db}.typo2 (id BIGINT) TBLPROPERTIES "
+                                    "('table.datalake.enabled'='true', 'primary_key'='id')")
+    assert "unknown table property 'primary_key'; did you mean 'primary-key'?" in message
+    assert_nothing_created(server, spark, db, "typo2")
+    assert not spark.catalog.tableExists(f"{db}.typo2")
 
 
 def test_good_values_of_every_property_create_the_table(server, spark, hive_cursor, db):

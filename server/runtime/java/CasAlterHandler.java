@@ -67,12 +67,12 @@ public class CasAlterHandler extends HiveAlterHandler {
     public void alterTable(RawStore msdb, Warehouse wh, String dbname, String name, Table newt,
                            EnvironmentContext context, HiveMetaStore.HMSHandler handler)
             throws InvalidOperationException, MetaException {
-        boolean locking;
+        boolean outsider;
         synchronized (monitor(dbname, name)) {
-            locking = check(msdb, dbname, name, newt, context);
+            outsider = check(msdb, dbname, name, newt, context);
             super.alterTable(msdb, wh, dbname, name, newt, context, handler);
         }
-        if (locking && !FOREIGN_WAITING.isEmpty()) {
+        if (outsider && !FOREIGN_WAITING.isEmpty()) {
             FOREIGN_WAITING.remove(CachingObjectStore.key(dbname, name));  // its commit landed
         }
     }
@@ -88,7 +88,12 @@ public class CasAlterHandler extends HiveAlterHandler {
                 + name.toLowerCase(Locale.ROOT)).intern();
     }
 
-    /** Refuses a stale alter; true for a locking client's commit that may land. */
+    /**
+     * Refuses a stale alter; true for a commit that may land and that the stream
+     * committers may be holding back for: a locking client's, or one of this
+     * process's made outside a committer (maintenance: a compaction's or an
+     * expiry's commit, which Iceberg retries after a back-off as well).
+     */
     private static boolean check(RawStore msdb, String dbname, String name, Table newt, EnvironmentContext context)
             throws MetaException {
         Map<String, String> props = context == null ? null : context.getProperties();
@@ -131,10 +136,13 @@ public class CasAlterHandler extends HiveAlterHandler {
                     + "of the table); read the table again and repeat the change",
                     dbname, name, incoming, actual));
         }
+        boolean outsider = locking || (cas && !StreamIngest.committing());
         if (!Objects.equals(expected, actual)) {
-            if (locking) {
-                // Another application (it locks: Spark elsewhere, a tiering service) lost
-                // the race to the server's group commits: they pause so its retry lands.
+            if (outsider) {
+                // Another application (it locks: Spark elsewhere, a tiering service), or
+                // maintenance in this process, lost the race to the server's group commits:
+                // they pause so its retry lands (a stream compaction under steady ingest
+                // otherwise failed all of Iceberg's retries, 110 s, every few minutes).
                 foreignCommitStarting(dbname, name);
             }
             // Iceberg's HiveTableOperations turns exactly this message into a CommitFailedException
@@ -143,6 +151,6 @@ public class CasAlterHandler extends HiveAlterHandler {
                     "The table has been modified. The parameter value for key '%s' is '%s'. The expected was value was '%s'",
                     key, actual, expected));
         }
-        return locking;
+        return outsider;
     }
 }

@@ -115,7 +115,15 @@ public final class StreamIngest {
     /** How long a request id is remembered (tierlake.write.request-id-retention). */
     private static volatile long retentionMs = 3_600_000L;
 
+    /** Set while this thread commits as a table's committer (CasAlterHandler tells its commits from others'). */
+    private static final ThreadLocal<Boolean> COMMITTING = ThreadLocal.withInitial(() -> Boolean.FALSE);
+
     private StreamIngest() {}
+
+    /** Whether this thread is committing as a stream table's committer. */
+    static boolean committing() {
+        return COMMITTING.get();
+    }
 
     /**
      * The ledger table ({@code sys.write_requests}: table_uuid, request_id,
@@ -703,7 +711,12 @@ public final class StreamIngest {
             lock.lock();
             try {
                 commitQueued();
-                body.run();
+                COMMITTING.set(Boolean.TRUE);
+                try {
+                    body.run();
+                } finally {
+                    COMMITTING.set(Boolean.FALSE);
+                }
                 STATEMENTS.incrementAndGet();
                 table.refresh();
                 index(current(table));
@@ -816,7 +829,12 @@ public final class StreamIngest {
                 return;
             }
             try {
-                tx.commitTransaction();
+                COMMITTING.set(Boolean.TRUE);
+                try {
+                    tx.commitTransaction();
+                } finally {
+                    COMMITTING.set(Boolean.FALSE);
+                }
             } catch (org.apache.iceberg.exceptions.CommitFailedException
                      | org.apache.iceberg.exceptions.ValidationException e) {
                 failed(writing, e, written);

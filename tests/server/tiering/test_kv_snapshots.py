@@ -116,6 +116,7 @@ def test_kv_snapshots_retention_and_leases(server, spark, hive_cursor, db):
     # Acquiring an expired snapshot says so.
     rows = run(hive_cursor, f"CALL sys.acquire_lease('other', '{table}', map(0, {s2[1]}L))")
     assert [(r[1], r[2], r[3], r[4]) for r in rows] == [(0, s2[1], "unavailable", None)]
+    assert f"KV snapshot {s2[1]} of {table} is not retained any more" in rows[0][5]
     assert all(r[0] != "other" for r in leases(hive_cursor, db, "kv"))
 
     # Released: the next cleanup removes it.
@@ -202,6 +203,7 @@ def test_bad_lease_calls_are_clear_errors(hive_cursor, db):
     # Nothing retained yet: every bucket is unavailable, nothing fails silently.
     rows = run(hive_cursor, f"CALL sys.acquire_lease('x', '{db}.bad')")
     assert [(r[1], r[3]) for r in rows] == [(0, "unavailable"), (1, "unavailable")]
+    assert rows[0][5].startswith(f"{db}.bad has no KV snapshot yet: CALL sys.kv_snapshot('{db}.bad') takes one now")
 
 
 def test_a_server_without_leases_says_unsupported(hive_cursor, db, monkeypatch):

@@ -4,6 +4,7 @@ commits, and managed maintenance of lake and stream tables next to rounds."""
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 import uuid
@@ -196,3 +197,22 @@ def test_a_stream_that_gained_the_file_trigger_is_maintained_before_the_interval
     assert compacted[2] >= FILES_TRIGGER, compacted
     assert im.data_file_counts(iceberg_table(spark, f"{db}.burst"))[0] < before
     lake_equals_stream(hive_cursor, db, "burst", "id")
+
+
+def test_lake_compaction_leaves_no_delete_files(server, workers, hive_cursor, db, spark):
+    from tierlake.server.runtime import iceberg_maintenance as im
+
+    run(hive_cursor, f"CREATE TABLE {db}.acct (k BIGINT, v STRING) TBLPROPERTIES ('table.datalake.enabled'='true', "
+                     "'primary-key'='k', 'bucket.num'='2', 'table.datalake.freshness'='1 h')")
+    for n in range(3):  # each round's MERGE updates every key: merge-on-read delete files in the lake
+        run(hive_cursor, f"INSERT INTO {db}.acct (k, v, _change_type) VALUES (1, 'a{n}', '+U'), (2, 'b{n}', '+U'), "
+                         f"(3, 'c{n}', '+U')")
+        make_due(server, f"{db}.acct")
+        wait_tiered(server, f"{db}.acct")
+    lake = f"{db}_lake.acct"
+    assert im.data_file_counts(iceberg_table(spark, lake))[1] > 0
+    done = run(hive_cursor, f"CALL sys.run_maintenance('{db}.acct')")
+    compaction = next(r for r in done if r[2] == "compaction")
+    assert compaction[10] is None and re.search(r"delete files [1-9]\d* -> 0$", compaction[9]), compaction
+    assert im.data_file_counts(iceberg_table(spark, lake))[1] == 0
+    assert dict(run(hive_cursor, f"SELECT k, v FROM {lake}")) == {1: "a2", 2: "b2", 3: "c2"}

@@ -47,7 +47,7 @@ def test_random_change_sequences_match_the_model(server, workers, hive_cursor, s
     hive_cursor.execute(f"CREATE DATABASE IF NOT EXISTS {db}")
     hive_cursor.execute(f"CREATE TABLE {db}.{table} (k BIGINT, v BIGINT) TBLPROPERTIES "
                         "('table.datalake.enabled'='true', 'primary-key'='k', 'bucket.num'='2', "
-                        "'table.datalake.freshness'='0 s')")
+                        "'table.datalake.freshness'='1 s')")
     for commit in commits:
         hive_cursor.execute(
             f"INSERT INTO {db}.{table} (k, v, _change_type) VALUES "
