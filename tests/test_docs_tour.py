@@ -133,7 +133,9 @@ class Tour:
                     cursor.execute(statement)
                 except Exception as e:  # noqa: BLE001 - reported with the block and the statement
                     pytest.fail(f"{block} failed at:\n{statement}\n{e}")
-                results.append(cursor.fetchall() if cursor.description else None)
+                # DDL answers a bare "Result" column with no rows to fetch.
+                described = cursor.description and [d[0] for d in cursor.description] != ["Result"]
+                results.append(cursor.fetchall() if described else None)
         return results
 
     @staticmethod
