@@ -43,6 +43,7 @@ import time
 from typing import Any
 
 from tierlake import sql
+from tierlake.server.catalog import field_ids
 from tierlake.server.catalog.columns import schema_columns
 from tierlake.server.catalog.properties import FRESH_VIEW_PROPERTY
 from tierlake.server.catalog.spec import CHANGE_TYPE, TieredSpec
@@ -127,20 +128,37 @@ def pinned(spark: Any, stream: TablePath, lake: TablePath, view: TablePath, incr
     position = lake_position(lake_table)[0] if snapshot is not None else 0
     start = incremental_start(stream_table, position) if incremental else None
     # The lake's columns, read at that snapshot's schema (what a read of the
-    # snapshot sees: Iceberg's schemaFor); the stream column of the same name
-    # carries each (a rename reaches the lake at the next round).
+    # snapshot sees: Iceberg's schemaFor), named as the lake names them now
+    # (a rename after the snapshot); the stream column carrying each is found
+    # by field id (the lake's recorded mapping), else by name. So a rename on
+    # an idle table (no new snapshot) reads right at once (docs/tiering.md).
     schema = lake_table.schema() if snapshot_id is None else \
         jclass("org.apache.iceberg.util.SnapshotUtil", spark.sparkContext._jvm).schemaFor(lake_table, snapshot_id)
     columns = schema_columns(spark, schema)
-    stream_names = {c.name.lower(): c.name for c in stream_columns_now if c.name.lower() != CHANGE_TYPE}
-    stream_columns = [stream_names.get(c.name.lower()) for c in columns]
+    lake_absent = [False] * len(columns)
+    if snapshot_id is not None:
+        # Columns the lake gained after the snapshot (ADD COLUMN on an idle table): NULL for the
+        # lake's rows, the stream's values for pending ones.
+        pinned_ids = {int(f.fieldId()) for f in schema.columns()}
+        for c in schema_columns(spark, lake_table.schema()):
+            if int(lake_table.schema().findField(c.name).fieldId()) not in pinned_ids:
+                columns.append(c)
+                lake_absent.append(True)
+    out_names, stream_columns = _carried(stream_table, lake_table, schema, columns, stream_columns_now)
+    lake_keys, out_keys = [], []
+    for key in spec.primary_key:
+        at = next((i for i, s in enumerate(stream_columns) if s and s.lower() == key.lower()), None)
+        lake_keys.append(key if at is None else columns[at].name)
+        out_keys.append(key if at is None else out_names[at])
     comment = COMMENT.format(stream=stream, lake=lake, snapshot=snapshot_id, position=position)
     after = None if start is None else [INCREMENTAL_CATALOG_NAME, stream.database, stream.table, f"after_{start}"]
     entries = [stream.database, stream.table, "entries" if after is None else "all_entries"]
     return (sql.render_checked(
         T_FRESH_VIEW, view=[view.database, view.table], lake=[lake.database, lake.table],
         stream=[stream.database, stream.table], stream_after=after, entries=entries,
-        columns=columns, stream_columns=stream_columns, keys=spec.primary_key, sequence_by=spec.sequence_by,
+        columns=columns, stream_columns=stream_columns, out_names=out_names, lake_absent=lake_absent,
+        lake_keys=lake_keys,
+        out_keys=out_keys, keys=spec.primary_key, sequence_by=spec.sequence_by,
         change_type=CHANGE_TYPE, lake_snapshot=snapshot_id, position=position, comment=comment), position)
 
 
@@ -212,6 +230,43 @@ def _with_metastore(spark: Any, use: Any) -> Any:
     return None
 
 
+def _carried(stream_table: Any, lake_table: Any, schema: Any, columns: list, stream_now: list) -> tuple[list, list]:
+    """Per lake column (of ``schema``, the pinned snapshot's): its name in the lake now, and the stream
+    column carrying it now (None: none does)."""
+    recorded = field_ids.decode(field_ids.read_text(lake_table)) or {}
+    by_lake_name = {str(name).lower(): int(fid) for fid, name in recorded.items()}
+    stream_names = {c.name.lower(): c.name for c in stream_now if c.name.lower() != CHANGE_TYPE}
+    current, stream_schema = lake_table.schema(), stream_table.schema()
+    out_names, carried = [], []
+    for c in columns:
+        field = schema.findField(c.name) or current.findField(c.name)
+        now = current.findField(field.fieldId()) if field is not None else None
+        name = str(now.name()) if now is not None else c.name
+        out_names.append(name)
+        fid = by_lake_name.get(name.lower())
+        source = stream_schema.findField(fid) if fid is not None else None
+        if source is not None and str(source.name()).lower() != CHANGE_TYPE:
+            carried.append(str(source.name()))
+        else:
+            carried.append(stream_names.get(name.lower()))
+    return out_names, carried
+
+
+# (stream schema id, lake schema id) each view of this process was last created with: an idle
+# table's round re-pins its view when either changed (a column renamed, added or dropped).
+_PINNED_SCHEMAS: dict[str, tuple[int, int]] = {}
+
+
+def schema_changed(tables: Any) -> bool:
+    """Whether the fresh view of a round's tables was made with other schemas than they have now
+    (or not by this process): an idle table's round re-pins it then."""
+    name = tables.stream_properties.get(FRESH_VIEW_PROPERTY)
+    if not name:
+        return False
+    now = (int(tables.stream_table.schema().schemaId()), int(tables.lake_table.schema().schemaId()))
+    return _PINNED_SCHEMAS.get(str(name).lower()) != now
+
+
 def _create_view(spark: Any, stream: TablePath, lake: TablePath, view: TablePath, tables: Any = None) -> int:
     """(Re-)create ``view``: incremental when the session can; the full scan if that fails
     (the view's rows are the same either way, only its cost differs). Returns the position it
@@ -229,6 +284,13 @@ def _create_view(spark: Any, stream: TablePath, lake: TablePath, view: TablePath
         statement, position = pinned(spark, stream, lake, view, incremental=False, tables=tables)
         spark.sql(statement)
     sync_metastore_text(spark, view)
+    try:
+        stream_table = tables.stream_table if tables is not None else iceberg_table(spark, stream.quoted)
+        lake_table = tables.lake_table if tables is not None else iceberg_table(spark, lake.quoted)
+        _PINNED_SCHEMAS[str(view).lower()] = (int(stream_table.schema().schemaId()),
+                                              int(lake_table.schema().schemaId()))
+    except Exception:  # noqa: BLE001 - only an idle round's re-pin check reads it
+        pass
     return position
 
 

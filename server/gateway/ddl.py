@@ -63,15 +63,13 @@ def parse_tiered_create(statement: str, current_database: str = "default") -> Ti
         return None
     properties: dict[str, str] = {}
     using = None
+    partitioned = False
     for prop in (tree.args.get("properties") or exp.Properties(expressions=[])).expressions:
         # FileFormatProperty and PartitionedByProperty are Property subclasses.
         if isinstance(prop, exp.FileFormatProperty):
             using = prop.this.name if isinstance(prop.this, exp.Expression) else str(prop.this)
         elif isinstance(prop, exp.PartitionedByProperty):
-            raise InvalidArgumentError(
-                "tiered tables choose their own partitioning (bucket.num, table.datalake.partition); "
-                "remove PARTITIONED BY"
-            )
+            partitioned = True
         elif isinstance(prop, exp.Property):
             key = prop.this.name if isinstance(prop.this, exp.Expression) else str(prop.this)
             value = prop.args.get("value")
@@ -91,6 +89,11 @@ def parse_tiered_create(statement: str, current_database: str = "default") -> Ti
     # 'false' is a plain table; anything but 'true' is refused by the property check.
     if properties[ENABLED].strip().lower() == "false":
         return None
+    if partitioned:
+        raise InvalidArgumentError(
+            "tiered tables choose their own partitioning (bucket.num, table.datalake.partition); "
+            "remove PARTITIONED BY"
+        )
     if using and using.lower() != "iceberg":
         raise InvalidArgumentError(f"tiered tables are Iceberg tables; USING {using} is not possible")
     target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this

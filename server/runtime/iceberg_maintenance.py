@@ -47,14 +47,16 @@ def bound_metadata(table: Any) -> bool:
 
 
 def expire_snapshots(spark: Any, name: str, older_than_ms: int, retain_last: int,
-                     before_commit: Callable[[Any], None] | None = None) -> int:
+                     before_commit: Callable[[Any], None] | None = None, locking: bool = False) -> int:
     """Expire snapshots of ``name`` older than ``older_than_ms`` beyond the newest
     ``retain_last`` of ``main``; their unreferenced files go with them. Tagged
     and branched snapshots stay (Iceberg keeps what a ref retains).
     ``before_commit`` gets the snapshots the expiry removes (a Java list,
     Iceberg's own answer) before it commits; if it raises, nothing is expired.
+    ``locking``: commit with metastore locks (session.iceberg_table), as
+    maintenance of a stream table does.
     Returns how many snapshots were expired (0 commits nothing)."""
-    table = iceberg_table(spark, name)
+    table = iceberg_table(spark, name, locking=locking)
     times = sorted((int(s.timestampMillis()) for s in table.snapshots()), reverse=True)
     if not any(t < older_than_ms for t in times[retain_last:]):
         return 0  # nothing to expire: no commit (an expiry commits new metadata even when empty)
@@ -77,11 +79,12 @@ def data_file_counts(table: Any) -> tuple[int, int]:
     return int(summary.get("total-data-files") or 0), int(summary.get("total-delete-files") or 0)
 
 
-def compact(spark: Any, name: str, options: dict[str, str], properties: dict[str, str] | None = None) -> Compaction:
+def compact(spark: Any, name: str, options: dict[str, str], properties: dict[str, str] | None = None,
+            locking: bool = False) -> Compaction:
     """Rewrite small data files (and those with merge-on-read deletes) of ``name``;
     the commit (a ``replace``) carries ``properties`` in its summary."""
     jvm = spark.sparkContext._jvm
-    table = iceberg_table(spark, name)
+    table = iceberg_table(spark, name, locking=locking)
     action = jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession).rewriteDataFiles(table)
     for key, value in options.items():
         action = action.option(key, value)

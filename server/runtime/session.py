@@ -72,6 +72,9 @@ class HomeLock:
             self._fd = None
 
 
+# Iceberg catalog over the same metastore whose commits take metastore locks (embedded metastore only).
+LOCKING_CATALOG = "tierlake_locking"
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -171,6 +174,15 @@ def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
         settings["spark.hadoop.hive.metastore.rawstore.impl"] = CACHING_OBJECT_STORE
         settings["spark.hadoop.hive.metastore.txn.store.impl"] = TXN_HANDLER
         settings["spark.hadoop.iceberg.engine.hive.lock-enabled"] = "false"
+        # The same catalog with Iceberg's metastore locks, for this process's
+        # maintenance commits to stream tables (iceberg_table(locking=True)): a lock
+        # request makes the table's committers hold back until the commit lands
+        # (TierlakeTxnHandler.java); without it a stream compaction under steady
+        # ingest lost every retry to the group commits (110 s, then failed).
+        settings[f"spark.sql.catalog.{LOCKING_CATALOG}"] = "org.apache.iceberg.spark.SparkCatalog"
+        settings[f"spark.sql.catalog.{LOCKING_CATALOG}.type"] = "hive"
+        settings[f"spark.sql.catalog.{LOCKING_CATALOG}.cache-enabled"] = "false"
+        settings[f"spark.sql.catalog.{LOCKING_CATALOG}.hadoop.iceberg.engine.hive.lock-enabled"] = "true"
     # The metastore's JDBC driver is needed by the driver JVM only (Hive's
     # metastore code runs there), and before any SQL: the class path.
     classpath = list(db.jars) + [str(internal_jar(home))]
@@ -278,8 +290,12 @@ def private_session(spark: Any) -> Any:
     return session
 
 
-def iceberg_table(spark: Any, name: str) -> Any:
+def iceberg_table(spark: Any, name: str, locking: bool = False) -> Any:
     """The Iceberg ``Table`` (Java) behind ``name`` in the session catalog.
+
+    ``locking``: loaded through :data:`LOCKING_CATALOG` where the server
+    commits without metastore locks, so the table's commits take them (and
+    the stream committers of this process hold back for them).
 
     Spark3Util resolves names through the thread's *active* SparkSession; a
     py4j thread other than the one that built the session has none and gets
@@ -287,6 +303,8 @@ def iceberg_table(spark: Any, name: str) -> Any:
     """
     jvm = spark.sparkContext._jvm
     jclass("org.apache.spark.sql.SparkSession", jvm).setActiveSession(spark._jsparkSession)
+    if locking and spark.conf.get(f"spark.sql.catalog.{LOCKING_CATALOG}", None):
+        name = f"{LOCKING_CATALOG}.{name}"
     return jclass("org.apache.iceberg.spark.Spark3Util", jvm).loadIcebergTable(spark._jsparkSession, name)
 
 

@@ -53,6 +53,7 @@ class RoundResult:
     files: int = 0
     force_finished: bool = False
     commits: int = 0
+    schema_changed: bool = False  # nothing to tier, but the view must show a schema change (re-pin)
 
     def add(self, chunk: Chunk) -> None:
         """Count a chunk that reached ``main``."""
@@ -91,6 +92,11 @@ def run_round(
     started = time.monotonic()
     result = RoundResult(end_position=plan.lake_position)
     if plan.empty:
+        # Nothing to tier, but an ALTER TABLE on the stream reaches the lake and the
+        # fresh view within a freshness interval all the same (cached when unchanged).
+        tables = _tables(spark, plan)
+        lake_write.sync_lake_schema(spark, plan.stream, plan.lake, tables)
+        result.schema_changed = fresh_view.schema_changed(tables)
         return result
     columns = lake_write.sync_lake_schema(spark, plan.stream, plan.lake, _tables(spark, plan))
     branch = branch_name(table_id, epoch)

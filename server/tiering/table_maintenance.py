@@ -176,8 +176,9 @@ def compact_stream(spark: Any, stream: TablePath, action: Action) -> None:
     # Each append adds a file per bucket it touches: a partition's group is
     # rewritten from two small files, so a run leaves about one file per
     # bucket (with five, up to four per bucket stayed behind each run).
+    # With metastore locks: the table's committers hold back for the commit (session.LOCKING_CATALOG).
     done = im.compact(spark, stream.quoted, {"min-input-files": str(STREAM_GROUP_MIN_FILES)},
-                      {P.MAINTENANCE: "compaction"})
+                      {P.MAINTENANCE: "compaction"}, locking=True)
     after_files, _ = im.data_file_counts(iceberg_table(spark, stream.quoted))
     action.files_rewritten, action.files_added = done.files_rewritten, done.files_added
     action.detail = f"data files {files} -> {after_files}"
@@ -239,7 +240,8 @@ def expire_stream(spark: Any, stream: TablePath, props: dict[str, str], position
     def record(removed: Any) -> None:
         recorded.append(ledger.record_expiring(spark, table, removed, keep_for))
 
-    action.snapshots_expired = im.expire_snapshots(spark, stream.quoted, cutoff, keep, before_commit=record)
+    action.snapshots_expired = im.expire_snapshots(spark, stream.quoted, cutoff, keep, before_commit=record,
+                                                   locking=True)
     kept = im.snapshot_count(iceberg_table(spark, stream.quoted))
     action.detail = f"kept position {bound} and after; {kept} snapshot(s) kept"
     if recorded and recorded[0]:

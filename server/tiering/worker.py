@@ -195,7 +195,7 @@ class Worker(threading.Thread):
                     entry, force_finished=result.force_finished, rows=result.rows, bytes=result.bytes,
                     files=result.files, tiered_position=result.end_position)])
             finally:
-                if result.commits:
+                if result.commits or result.schema_changed:
                     # After the report, not before it: the re-pin's view commit and metastore update,
                     # run at once, held up the coordinator's state commit (a primary-key round's
                     # finishing heartbeat took 151 ms p50 with it, 89 ms without).
