@@ -67,3 +67,4 @@ def test_a_column_change_on_an_idle_table_reaches_the_lake_and_the_view(server, 
     run(hive_cursor, f"INSERT INTO {db}.t (id, title, _change_type, note) VALUES (3, 'c', '+I', 'x')")
     rows = run(hive_cursor, f"SELECT id, title, note FROM {db}_fresh.t ORDER BY id")
     assert [tuple(r) for r in rows] == [(1, "a", None), (2, "b", None), (3, "c", "x")]
+
