@@ -264,19 +264,22 @@ def _normal(key: str) -> str:
     return re.sub(r"[^a-z0-9]", "", key.lower())
 
 
+# User properties by their letters and digits alone; those outside the checked prefixes.
+_BY_NORMAL = {_normal(p.key): p.key for p in TABLE_PROPERTIES if not p.internal}
+_TOP_BY_NORMAL = {n: k for n, k in _BY_NORMAL.items() if not k.startswith(CHECKED_PREFIXES)}
+
+
 def lookalike(key: str) -> str | None:
     """The user property ``key`` was probably meant to be (``primary_key``,
     ``Bucket.Num``, ``primary.keys``), or None for an exact key or one that
     looks like none of them (Iceberg's and users' own keys)."""
     if key in BY_KEY:
         return None
-    known = {_normal(p.key): p.key for p in TABLE_PROPERTIES if not p.internal}
-    if _normal(key) in known:
-        return known[_normal(key)]
-    top = {_normal(p.key): p.key for p in TABLE_PROPERTIES
-           if not p.internal and not p.key.startswith(CHECKED_PREFIXES)}
-    match = difflib.get_close_matches(_normal(key), list(top), n=1, cutoff=0.85)
-    return top[match[0]] if match else None
+    normal = _normal(key)
+    if normal in _BY_NORMAL:
+        return _BY_NORMAL[normal]
+    match = difflib.get_close_matches(normal, list(_TOP_BY_NORMAL), n=1, cutoff=0.85)
+    return _TOP_BY_NORMAL[match[0]] if match else None
 
 
 def governed(key: str) -> bool:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 
 import pytest
 from pyhive import exc, hive
 
 from tests.conftest import make_iceberg_tables
+from tests.conftest import wait_for as shared_wait_for
 from tierlake import sql
 from tierlake.server.clients.procedure_client import Admin
 
@@ -31,13 +31,7 @@ def status(cursor, database: str, table: str):
 
 
 def wait_for(predicate, timeout=30.0, every=0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError("condition not met in time")
+    return shared_wait_for(predicate, timeout, "the table's status", every)
 
 
 @pytest.fixture
