@@ -50,6 +50,7 @@ from tierlake.server.catalog.spec import CHANGE_TYPE, TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.catalog.tiered_tables import suffixed_path
 from tierlake.server.changelog.planner import lake_position
+from tierlake.server.changelog.round_tables import RoundTables
 from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.javaext import INCREMENTAL_CATALOG_NAME
 from tierlake.server.runtime.jvm import jclass, string_map
@@ -252,9 +253,15 @@ def _carried(stream_table: Any, lake_table: Any, schema: Any, columns: list, str
     return out_names, carried
 
 
-# (stream schema id, lake schema id) each view of this process was last created with: an idle
-# table's round re-pins its view when either changed (a column renamed, added or dropped).
-_PINNED_SCHEMAS: dict[str, tuple[int, int]] = {}
+# Both tables' schemas (as field ids, names and types) each view of this process was last created
+# with: an idle table's round re-pins its view when either changed (a column renamed, added or
+# dropped). Not schema ids: Iceberg gives a schema equal to an earlier one that one's id again, so
+# dropping a column just added brings back the id the view may have been pinned with.
+_PINNED_SCHEMAS: dict[str, tuple[str, str]] = {}
+
+
+def _schemas_of(stream_table: Any, lake_table: Any) -> tuple[str, str]:
+    return str(stream_table.schema().asStruct().toString()), str(lake_table.schema().asStruct().toString())
 
 
 def schema_changed(tables: Any) -> bool:
@@ -263,14 +270,17 @@ def schema_changed(tables: Any) -> bool:
     name = tables.stream_properties.get(FRESH_VIEW_PROPERTY)
     if not name:
         return False
-    now = (int(tables.stream_table.schema().schemaId()), int(tables.lake_table.schema().schemaId()))
-    return _PINNED_SCHEMAS.get(str(name).lower()) != now
+    return _PINNED_SCHEMAS.get(str(name).lower()) != _schemas_of(tables.stream_table, tables.lake_table)
 
 
 def _create_view(spark: Any, stream: TablePath, lake: TablePath, view: TablePath, tables: Any = None) -> int:
     """(Re-)create ``view``: incremental when the session can; the full scan if that fails
     (the view's rows are the same either way, only its cost differs). Returns the position it
-    reads the stream after."""
+    reads the stream after.
+
+    The view's text and the schemas recorded for it come from the same loaded tables."""
+    if tables is None:
+        tables = RoundTables(spark, stream, lake)
     statement = None
     if has_incremental_catalog(spark):
         try:
@@ -285,10 +295,7 @@ def _create_view(spark: Any, stream: TablePath, lake: TablePath, view: TablePath
         spark.sql(statement)
     sync_metastore_text(spark, view)
     try:
-        stream_table = tables.stream_table if tables is not None else iceberg_table(spark, stream.quoted)
-        lake_table = tables.lake_table if tables is not None else iceberg_table(spark, lake.quoted)
-        _PINNED_SCHEMAS[str(view).lower()] = (int(stream_table.schema().schemaId()),
-                                              int(lake_table.schema().schemaId()))
+        _PINNED_SCHEMAS[str(view).lower()] = _schemas_of(tables.stream_table, tables.lake_table)
     except Exception:  # noqa: BLE001 - only an idle round's re-pin check reads it
         pass
     return position
@@ -456,3 +463,4 @@ def drop(spark: Any, config: Config | None, stream: TablePath) -> TablePath | No
 
 def drop_view(spark: Any, view: TablePath) -> None:
     spark.sql(sql.render(T_DROP_VIEW, view=[view.database, view.table]))
+    _PINNED_SCHEMAS.pop(str(view).lower(), None)  # bounded by the views that exist

@@ -68,3 +68,20 @@ def test_a_column_change_on_an_idle_table_reaches_the_lake_and_the_view(server, 
     rows = run(hive_cursor, f"SELECT id, title, note FROM {db}_fresh.t ORDER BY id")
     assert [tuple(r) for r in rows] == [(1, "a", None), (2, "b", None), (3, "c", "x")]
 
+
+    # A dropped column stays in the lake (NULL from then on) and the view follows the drop at once,
+    # with no row arriving after it: the old view named the stream column that is gone.
+    wait_tiered(server, f"{db}.t")
+    run(hive_cursor, f"ALTER TABLE {db}.t DROP COLUMN note")
+
+    def view_after_drop():
+        try:
+            return [tuple(r) for r in run(hive_cursor, f"SELECT * FROM {db}_fresh.t ORDER BY id")]
+        except Exception:  # noqa: BLE001 - the old view names the dropped column until it is re-pinned
+            return None
+
+    wait_for(lambda: view_after_drop() == [(1, "a", None), (2, "b", None), (3, "c", "x")], 60,
+             "the fresh view to follow the dropped column")
+    assert lake_columns() == ["id", "title", "note"]
+    run(hive_cursor, f"INSERT INTO {db}.t (id, title, _change_type) VALUES (4, 'd', '+I')")
+    assert view_after_drop() == [(1, "a", None), (2, "b", None), (3, "c", "x"), (4, "d", None)]
