@@ -80,6 +80,11 @@ def gateway_from_config(config: Config, handler: Any, backend_port: int, registr
                        ssl_context=context, on_session_opened=on_session_opened,
                        handshake_timeout=config.seconds("tierlake.gateway.handshake-timeout"),
                        max_request_size=config.int("tierlake.gateway.max-request-size"),
+                       max_reply_size=config.int("tierlake.gateway.max-reply-size"),
+                       max_connections=config.int("tierlake.gateway.max-connections"),
+                       max_unauthenticated=config.int("tierlake.gateway.max-unauthenticated-connections"),
+                       max_unauthenticated_per_address=config.int(
+                           "tierlake.gateway.max-unauthenticated-per-address"),
                        backend_secret=backend_secret)
     except ValueError as e:
         raise ConfigError(str(e)) from None

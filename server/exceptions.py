@@ -253,6 +253,13 @@ class StatementTooLargeError(TierlakeError):
     error_code = 2011
 
 
+class ResultTooLargeError(TierlakeError):
+    """A batch of fetched rows larger than ``tierlake.gateway.max-reply-size``."""
+
+    sqlstate = "54000"
+    error_code = 2013
+
+
 class AuthenticationError(TierlakeError):
     """The client did not authenticate the way the gateway requires (e.g. a
     NOSASL client at a SASL gateway)."""
@@ -304,3 +311,12 @@ class WriteOutcomeUnknownError(TierlakeError):
 
     sqlstate = "40003"
     error_code = 2203
+
+
+class InvalidHandleError(TierlakeError):
+    """A session or operation handle that is not one of the caller's own:
+    unknown, closed, or opened on another client connection. Such a request
+    is answered by the gateway and never reaches the Spark Thrift Server."""
+
+    sqlstate = "HY000"
+    error_code = 2012

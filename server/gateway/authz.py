@@ -68,6 +68,8 @@ class SparkSessions:
         self._lock = threading.Lock()
         self._functions: frozenset[str] = frozenset()
         self._functions_at = 0.0
+        self._data_sources: dict[str, bool] = {}
+        self._bound: set[bytes] = set()
 
     def session(self, guid: bytes | None, secret: bytes | None) -> Any:
         if guid is None or secret is None or self.thrift_server is None:
@@ -95,10 +97,45 @@ class SparkSessions:
     def forget(self, guid: bytes) -> None:
         with self._lock:
             self._sessions.pop(guid, None)
+            self._bound.discard(guid)
+
+    def bind_role(self, guid: bytes | None, secret: bytes | None, role: str, user: str | None = None) -> None:
+        """Have Spark check every plan the client session ``guid`` analyses as ``role``
+        (io.tierlake.internal.AuthzCheck), once per session, before its first statement runs."""
+        if guid is None or secret is None or self.thrift_server is None:
+            return
+        with self._lock:
+            if guid in self._bound:
+                return
+        jsession = self.session(guid, secret)
+        self.spark.sparkContext._jvm.io.tierlake.internal.AuthzCheck.bind(jsession, role, user)
+        with self._lock:
+            if len(self._bound) > 10_000:
+                self._bound.clear()  # re-bound on their next statement: the same role, harmless
+            self._bound.add(guid)
 
     @staticmethod
     def current_database(jsession: Any) -> str:
         return str(jsession.catalog().currentDatabase()).lower()
+
+    def data_source(self, jsession: Any) -> Any:
+        """``name -> bool``: whether Spark resolves ``name`` as a data source (its own lookup, as
+        ResolveSQLOnFile does, so every spelling it accepts counts). Answers are kept per name
+        (bounded): the lookup walks the data-source service registry."""
+        from pyspark import SparkContext
+
+        def lookup(name: str) -> bool:
+            with self._lock:
+                known = self._data_sources.get(name)
+            if known is not None:
+                return known
+            found = bool(SparkContext._jvm.io.tierlake.internal.PlanWalker.isDataSource(jsession, name))
+            with self._lock:
+                if len(self._data_sources) > 10_000:
+                    self._data_sources.clear()
+                self._data_sources[name] = found
+            return found
+        return lookup
 
     def functions(self, jsession: Any, wanted: set[str]) -> frozenset[str]:
         """Known function names; re-read (at most every 10 s) when one of
@@ -167,7 +204,8 @@ class Authorizer:
                      if n.name == "UnresolvedFunction" and n.seqs and n.seqs[0]}
         functions |= {n.strings[0].lower() for n in plan.nodes.values()
                       if n.name == "UnresolvedGenerator" and n.strings}
-        return planauth.requirement(plan, database, self.sessions.functions(jsession, functions))
+        return planauth.requirement(plan, database, self.sessions.functions(jsession, functions),
+                                    self.sessions.data_source(jsession))
 
     def check_role(self, user: str | None, role: str, what: str) -> None:
         """Raise :class:`PermissionDeniedError` unless ``user`` holds ``role``
@@ -187,6 +225,11 @@ class Authorizer:
         self.check_size(statement)
         if self.passwords is None:
             return
+        if self.sessions is not None and session is not None:
+            held = self.roles(user)
+            spark_role = next((r for r in (R.ADMIN, R.WRITER) if R.allows(held, r)), R.READER)
+            self.sessions.bind_role(getattr(session, "session_guid", None), getattr(session, "secret", None),
+                                    spark_role, user)
         need = self.requirement(statement, session)
         if need.role is planauth.NOBODY:
             log.warning("denied %s to user %r", need.what, user)

@@ -63,13 +63,20 @@ def _parts(seq: Any) -> list[str]:
     return [str(seq.apply(i)) for i in range(seq.length())]
 
 
+def spark_parse(jsession: Any, statement: str) -> Any:
+    """``jsession``'s parse of ``statement`` as that session runs it (PlanWalker.parse: ``${…}`` stays literal)."""
+    from pyspark import SparkContext
+
+    return SparkContext._jvm.io.tierlake.internal.PlanWalker.parse(jsession, statement)
+
+
 def spark_table_change(jsession: Any, statement: str) -> TableChange | None:
     """What ``statement`` drops or renames, on ``jsession``'s (a Java
     SparkSession's) parse; None for anything else, or when it does not parse."""
     if not may_change_table(statement):
         return None
     try:
-        plan = jsession.sessionState().sqlParser().parsePlan(statement)
+        plan = spark_parse(jsession, statement)
     except Exception:  # noqa: BLE001 - Spark answers with its own parse error when the statement is relayed
         return None
     root = str(plan.getClass().getSimpleName())
@@ -91,7 +98,7 @@ def spark_root(jsession: Any, statement: str) -> str | None:
     """The class of the root of Spark's parse of ``statement`` (``CreateTable``,
     ``SetTableProperties``, …); None when it does not parse."""
     try:
-        return str(jsession.sessionState().sqlParser().parsePlan(statement).getClass().getSimpleName())
+        return str(spark_parse(jsession, statement).getClass().getSimpleName())
     except Exception:  # noqa: BLE001 - relayed: Spark answers with its own parse error
         return None
 

@@ -24,6 +24,7 @@ API (also used by other gateway modules):
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +58,8 @@ READER_NODES = frozenset({
     # session
     "SetCatalogAndNamespace", "SetNamespaceCommand", "SetCommand", "ResetCommand", "ExplainCommand",
     "CacheTable", "CacheTableAsSelect", "UncacheTable",
+    # time travel (VERSION / TIMESTAMP AS OF), SHOW CATALOGS
+    "RelationTimeTravel", "ShowCatalogsCommand",
 })
 # Row changes a writer may make (into catalog tables outside sys).
 WRITE_NODES = frozenset({"InsertIntoStatement", "MergeIntoTable", "UpdateTable", "DeleteFromTable"})
@@ -74,17 +77,107 @@ ICEBERG_METADATA_TABLES = frozenset({
 })
 # Functions that call arbitrary Java methods in the server's JVM.
 JVM_FUNCTIONS = frozenset({"reflect", "java_method", "try_reflect"})
+# XML functions: Spark's XPath reader resolves external entities and DTDs, so a document names
+# URLs the server fetches. Nothing Spark fetches is a client's to choose: refused to every role.
+FETCHING_FUNCTIONS = frozenset({"xpath", "xpath_boolean", "xpath_double", "xpath_float", "xpath_int",
+                                "xpath_long", "xpath_number", "xpath_short", "xpath_string"})
 TABLE_FUNCTIONS = frozenset({"range", "explode", "explode_outer", "inline", "inline_outer", "json_tuple",
                              "posexplode", "posexplode_outer", "stack"})
-# Session settings a reader may change with SET / RESET (and OpenSession).
-READER_SETTINGS = frozenset({
-    "spark.sql.session.timezone", "spark.sql.shuffle.partitions", "spark.sql.ansi.enabled",
-    "spark.sql.adaptive.enabled", "spark.sql.autobroadcastjointhreshold", "spark.sql.casesensitive",
-    "spark.sql.legacy.timeparserpolicy", "spark.sql.datetime.java8api.enabled",
-    "spark.sql.thriftserver.incrementalcollect", "spark.sql.files.maxpartitionbytes",
-    "spark.sql.execution.arrow.pyspark.enabled", "spark.sql.storeassignmentpolicy",
-    "spark.sql.iceberg.vectorization.enabled", "spark.sql.result.rows.limit",
-})
+
+
+def _is_bool(value: str) -> bool:
+    return value.strip().lower() in ("true", "false")
+
+
+def _is_int(low: int, high: int) -> Any:
+    def check(value: str) -> bool:
+        text = value.strip()
+        return text.lstrip("-").isascii() and text.lstrip("-").isdigit() and len(text) < 12 and low <= int(text) <= high
+    return check
+
+
+_SIZE = re.compile(r"(-?[0-9]{1,12})\s*(b|k|kb|m|mb|g|gb)?", re.IGNORECASE)
+_SIZE_UNITS = {None: 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30}
+
+
+def _is_size(low: int, high: int) -> Any:
+    """A byte size as Spark reads it (``10MB``, ``1048576``); ``-1`` (off) passes when ``low`` is -1."""
+    def check(value: str) -> bool:
+        found = _SIZE.fullmatch(value.strip())
+        if not found:
+            return False
+        size = int(found.group(1)) * _SIZE_UNITS[(found.group(2) or "").lower() or None]
+        return low <= size <= high
+    return check
+
+
+def _is_one_of(*names: str) -> Any:
+    return lambda value: value.strip().upper() in names
+
+
+# A region id (Europe/Paris), an offset (+08:00) or an abbreviation, as SET TIME ZONE passes them.
+_ZONE = re.compile(r"'?[A-Za-z0-9_+\-:/]{1,64}'?")
+
+
+def _is_zone(value: str) -> bool:
+    return bool(_ZONE.fullmatch(value.strip()))
+
+
+_MB = 1 << 20
+# Session settings a reader may change with SET / RESET (and OpenSession, confOverlay): keys (any
+# case, ASCII only) and the values each may take. Bounds keep a reader's session from asking the
+# server for more than a query's share (a 2 GB broadcast, a million shuffle partitions).
+READER_SETTINGS: dict[str, Any] = {
+    "spark.sql.session.timezone": _is_zone,
+    "spark.sql.shuffle.partitions": _is_int(1, 2000),
+    "spark.sql.ansi.enabled": _is_bool,
+    "spark.sql.adaptive.enabled": _is_bool,
+    "spark.sql.adaptive.coalescepartitions.enabled": _is_bool,
+    "spark.sql.adaptive.skewjoin.enabled": _is_bool,
+    "spark.sql.adaptive.advisorypartitionsizeinbytes": _is_size(_MB, 1024 * _MB),
+    "spark.sql.autobroadcastjointhreshold": _is_size(-1, 64 * _MB),
+    "spark.sql.casesensitive": _is_bool,
+    "spark.sql.crossjoin.enabled": _is_bool,
+    "spark.sql.cbo.enabled": _is_bool,
+    "spark.sql.cbo.joinreorder.enabled": _is_bool,
+    "spark.sql.join.prefersortmergejoin": _is_bool,
+    "spark.sql.optimizer.dynamicpartitionpruning.enabled": _is_bool,
+    "spark.sql.codegen.wholestage": _is_bool,
+    "spark.sql.parquet.filterpushdown": _is_bool,
+    "spark.sql.parquet.enablevectorizedreader": _is_bool,
+    "spark.sql.decimaloperations.allowprecisionloss": _is_bool,
+    "spark.sql.legacy.timeparserpolicy": _is_one_of("EXCEPTION", "CORRECTED", "LEGACY"),
+    "spark.sql.timestamptype": _is_one_of("TIMESTAMP_LTZ", "TIMESTAMP_NTZ"),
+    "spark.sql.mapkeydeduppolicy": _is_one_of("EXCEPTION", "LAST_WIN"),
+    "spark.sql.datetime.java8api.enabled": _is_bool,
+    "spark.sql.thriftserver.incrementalcollect": _is_bool,
+    "spark.sql.files.maxpartitionbytes": _is_size(_MB, 1024 * _MB),
+    "spark.sql.files.opencostinbytes": _is_size(0, 1024 * _MB),
+    "spark.sql.execution.arrow.pyspark.enabled": _is_bool,
+    "spark.sql.storeassignmentpolicy": _is_one_of("ANSI", "LEGACY", "STRICT"),
+    "spark.sql.iceberg.vectorization.enabled": _is_bool,
+    "spark.sql.result.rows.limit": _is_int(0, 10_000_000),
+}
+# Client-supplied values are never expanded: with Hive's session set-up (OpenSession) and with
+# Spark's substitution, ${env:…}, ${system:…} and ${hiveconf:…} would read the server's
+# environment, JVM properties and configured secrets.
+SUBSTITUTION = "${"
+
+
+def substitution_refused(where: str) -> PermissionDeniedError:
+    return PermissionDeniedError(
+        f"permission denied: '${{' in {where}: tierlake never expands ${{…}} in values a client sends "
+        "(it would read the server's environment and settings)")
+
+
+def reader_may_set(key: str, value: str | None) -> bool:
+    """Whether any reader may set session setting ``key`` to ``value`` (None: reset it)."""
+    check = READER_SETTINGS.get(key.strip().lower()) if key.isascii() else None
+    if check is None:
+        return False
+    return value is None or (len(value) <= 256 and SUBSTITUTION not in value and check(value))
+
+
 # Session settings a writer may change: the request id of its next write to a
 # stream table (server/ingest/writer.py).
 WRITER_SETTINGS = frozenset({WRITE_REQUEST_ID})
@@ -112,7 +205,8 @@ class Node:
 
     @property
     def name(self) -> str:
-        return self.cls.rsplit(".", 1)[-1].rsplit("$", 1)[-1]
+        # A Scala object's class ends in "$" (ClearCacheCommand$): its name is the part before.
+        return self.cls.rstrip("$").rsplit(".", 1)[-1].rsplit("$", 1)[-1]
 
 
 @dataclass
@@ -191,7 +285,7 @@ def parse_plan(jsession: Any, text: str, max_nodes: int = MAX_PLAN_NODES) -> Pla
     from pyspark.errors.exceptions.captured import CapturedException, ParseException
 
     try:
-        jplan = jsession.sessionState().sqlParser().parsePlan(text)
+        jplan = SparkContext._jvm.io.tierlake.internal.PlanWalker.parse(jsession, text)
     except ParseException as exc:
         raise SqlSyntaxError(str(exc).strip()) from None
     except (CapturedException, Py4JJavaError) as exc:
@@ -247,22 +341,43 @@ def _identifier(node: Node) -> list[str]:
     return node.seqs[0] if node.seqs else []
 
 
-def _table_database(parts: list[str], current_db: str) -> str | None:
-    """The database of a catalog table named ``parts``; None when the name
-    is not a catalog table of the session catalog (a path, a data source,
-    another catalog)."""
-    lowered = [p.lower() for p in parts]
-    if lowered and lowered[0] == SESSION_CATALOG and len(lowered) >= 3:
-        lowered = lowered[1:]
-    if any(not p or "/" in p or "\\" in p or ":" in p or "." in p for p in lowered):
+def folded_data_source(name: str) -> bool:
+    """Whether ``name`` is a data source name as Spark compares short names (without a JVM to ask)."""
+    return java_fold(name) in DATA_SOURCES or "." in name
+
+
+def _table_database(parts: list[str], current_db: str, data_source: Any = folded_data_source) -> str | None:
+    """The database of a catalog table named ``parts``; None when the name is not a table of the
+    session catalog: files read by path (``csv.`/p```: Spark reads a two-part name whose first part
+    is a data source as files), or another catalog. ``data_source(name)``: whether Spark resolves
+    ``name`` as a data source (Spark's own lookup when the gateway has a JVM)."""
+    # Path-like parts never name a table here (Iceberg reads some as paths); a dot may (`a.b`).
+    if not parts or any(not p or "/" in p or "\\" in p or ":" in p for p in parts):
         return None
+    lowered = [p.lower() for p in parts]
+    if java_fold(lowered[0]) == SESSION_CATALOG and len(lowered) >= 3:
+        # A three-part name in the session catalog is never read as files.
+        lowered, parts = lowered[1:], parts[1:]
+        if len(lowered) == 2:
+            return lowered[0]
     if len(lowered) == 1:
         return current_db
     if len(lowered) == 2:
-        return None if lowered[0] in DATA_SOURCES else lowered[0]
-    if len(lowered) == 3 and lowered[2] in ICEBERG_METADATA_TABLES and lowered[0] not in DATA_SOURCES:
-        return lowered[0]
+        return None if data_source(parts[0]) else lowered[0]
+    if len(lowered) == 3 and not data_source(parts[0]):
+        last = java_fold(lowered[2])
+        if last in ICEBERG_METADATA_TABLES or last.startswith(("branch_", "tag_")):
+            return lowered[0]
     return None
+
+
+def _relation_refusal(parts: list[str], data_source: Any) -> str:
+    name = ".".join(parts)
+    if len(parts) == 2 and data_source(parts[0]):
+        return f"a query of {name} (reads files by path through the data source {parts[0]!r})"
+    if any("/" in p or "\\" in p or ":" in p for p in parts):
+        return f"a query of {name} (a path, not a table name)"
+    return f"a query of {name} (another catalog, or not a table of the session catalog)"
 
 
 def _setting(node: Node) -> tuple[str | None, str | None]:
@@ -272,15 +387,22 @@ def _setting(node: Node) -> tuple[str | None, str | None]:
 
 
 def setting_requirement(key: str | None, value: str | None) -> Requirement:
-    """Who may set session setting ``key`` (None: show settings)."""
-    if key is None or key == "-v" or (value is None and not key.startswith("-")):
-        return Requirement(R.READER, "SET")  # shows settings, changes nothing
+    """Who may set session setting ``key`` to ``value`` (key None: show settings; value None: show one)."""
+    if SUBSTITUTION in (key or "") or SUBSTITUTION in (value or ""):
+        return Requirement(NOBODY, "SET with '${' in it (tierlake never expands ${…})")
+    if key == "-v":
+        # Every setting Spark defines, with values SET -v does not redact (the warehouse path).
+        return Requirement(R.ADMIN, "SET -v (every setting, unredacted)")
+    if key is None or (value is None and not key.startswith("-")):
+        return Requirement(R.READER, "SET")  # shows settings (Spark redacts hosts, ports, paths), changes nothing
     if key in FORBIDDEN_SETTINGS:
         return Requirement(NOBODY, f"SET {key} (variable substitution stays off)")
-    if key in READER_SETTINGS:
+    if reader_may_set(key, value):
         return Requirement(R.READER, "SET")
     if key in WRITER_SETTINGS:
         return Requirement(R.WRITER, f"SET {key}")
+    if key.isascii() and key in READER_SETTINGS:
+        return Requirement(R.ADMIN, f"SET {key} to {value[:40]!r} (beyond what a reader may set it to)")
     return Requirement(R.ADMIN, f"SET {key}")
 
 
@@ -291,19 +413,36 @@ def _write_target(plan: Plan, node: Node) -> Node | None:
     return target
 
 
+def java_fold(text: str) -> str:
+    """``text`` as Java's ``equalsIgnoreCase`` compares it (per char: upper-cased, then lower-cased),
+    so look-alikes Spark treats as equal compare equal here: "\u017f" (long s) is "s", "\u0131"
+    (dotless i) is "i", "\u212a" (Kelvin) is "k"."""
+    out = []
+    for c in text:
+        upper = c.upper()
+        upper = upper if len(upper) == 1 else c
+        # Java's simple mappings are one char: Python's full ones may add marks ("\u0130" -> "i\u0307").
+        out.append(upper.lower()[0] if upper.lower() else upper)
+    return "".join(out)
+
+
 def _function_requirement(parts: list[str], builtins: frozenset[str]) -> Requirement:
     parts = [p.lower() for p in parts]
     fname = parts[-1] if parts else ""
+    folded = java_fold(fname)
+    if folded in FETCHING_FUNCTIONS or fname in FETCHING_FUNCTIONS:
+        return Requirement(NOBODY, f"{fname} (XML functions fetch what a document names)")
     if len(parts) != 1:
         return Requirement(R.ADMIN, f"the function {'.'.join(parts)}")
-    if fname in JVM_FUNCTIONS:
+    if fname in JVM_FUNCTIONS or folded in JVM_FUNCTIONS:
         return Requirement(R.ADMIN, f"{fname} (JVM reflection)")
     if fname not in builtins:
-        return Requirement(R.ADMIN, f"the function {fname}")
+        return Requirement(R.ADMIN, f"the function {fname} (not a built-in: persistent functions need admin)")
     return Requirement(R.READER, "SELECT")
 
 
-def _node_requirement(plan: Plan, node: Node, current_db: str, builtins: frozenset[str]) -> Requirement:
+def _node_requirement(plan: Plan, node: Node, current_db: str, builtins: frozenset[str],
+                      data_source: Any = folded_data_source) -> Requirement:
     name = node.name
     if node.kind == "E":
         if name == "UnresolvedFunction":
@@ -320,9 +459,12 @@ def _node_requirement(plan: Plan, node: Node, current_db: str, builtins: frozens
         return Requirement(R.ADMIN, name)
     if name == "UnresolvedRelation":
         parts = _identifier(node)
-        if _table_database(parts, current_db) is None:
-            return Requirement(R.ADMIN, f"a query of {'.'.join(parts)} (files by path, or another catalog)")
+        if _table_database(parts, current_db, data_source) is None:
+            return Requirement(R.ADMIN, _relation_refusal(parts, data_source))
         return Requirement(R.READER, "SELECT")
+    if name == "CreateViewCommand" and "view-type:LocalTempView" in node.strings:
+        # A session's own temporary view: its query is checked node by node like any other.
+        return Requirement(R.READER, "CREATE TEMPORARY VIEW")
     if name == "UnresolvedTableValuedFunction":
         parts = [p.lower() for p in _identifier(node)]
         if len(parts) == 1 and parts[0] in TABLE_FUNCTIONS:
@@ -341,7 +483,7 @@ def _node_requirement(plan: Plan, node: Node, current_db: str, builtins: frozens
         target = _write_target(plan, node)
         if target is None or target.name != "UnresolvedRelation":
             return Requirement(R.ADMIN, f"{verb} into {target.name if target else 'this target'}")
-        database = _table_database(_identifier(target), current_db)
+        database = _table_database(_identifier(target), current_db, data_source)
         if database is None:
             return Requirement(R.ADMIN, f"{verb} into {'.'.join(_identifier(target))}")
         if database == SYS_DATABASE:
@@ -378,16 +520,20 @@ def _what(root: Node) -> str:
     return " ".join(words + [word]).upper()
 
 
-def requirement(plan: Plan, current_db: str | None, builtins: frozenset[str] = frozenset()) -> Requirement:
+def requirement(plan: Plan, current_db: str | None, builtins: frozenset[str] = frozenset(),
+                data_source: Any = None) -> Requirement:
     """The least role that may run ``plan`` with ``current_db`` as the
     session's current database (for unqualified names). ``builtins``: the
     function names any reader may call (built-ins and the session's UDFs);
-    any other function needs ``admin``."""
+    any other function needs ``admin``. ``data_source(name)``: whether Spark
+    resolves ``name`` as a data source (default: the known short names as
+    Java compares them)."""
+    data_source = data_source or folded_data_source
     db = (current_db or "default").lower()
     need = Requirement(R.READER, _what(plan.root))
     for node in plan.nodes.values():
         # Script transforms are named for the error even inside a query.
-        found = _node_requirement(plan, node, db, builtins)
+        found = _node_requirement(plan, node, db, builtins, data_source)
         if found.role != R.READER and node.name in _WHAT and found.what == _what(plan.root):
             found = Requirement(found.role, _WHAT[node.name])
         need = _max(need, found)
@@ -395,7 +541,7 @@ def requirement(plan: Plan, current_db: str | None, builtins: frozenset[str] = f
 
 
 def authorise(plan: Plan, roles: frozenset[str] | set[str], current_db: str | None,
-              builtins: frozenset[str] = frozenset()) -> Decision:
+              builtins: frozenset[str] = frozenset(), data_source: Any = None) -> Decision:
     """May a user holding ``roles`` run ``plan``?"""
-    need = requirement(plan, current_db, builtins)
+    need = requirement(plan, current_db, builtins, data_source)
     return Decision(need.role is not NOBODY and R.allows(roles, need.role), need)

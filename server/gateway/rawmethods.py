@@ -13,6 +13,10 @@ secret) the client holds, and is relayed. ``SetClientInfo`` changes nothing:
 it logs its ``configuration`` map (``Client information for <session>: k =
 v, …``) and answers success, whatever the keys say. The gateway answers it
 the same way itself, so a client's text does not reach Spark's log.
+
+Both name a handle (``session_handle``, ``operation_handle``), which the
+gateway checks is the caller's own like every other request's
+(requestcheck.named_handle).
 """
 
 from __future__ import annotations
@@ -95,8 +99,11 @@ class SetClientInfoArgs:
 ARGS = {"GetQueryId": GetQueryIdArgs, "SetClientInfo": SetClientInfoArgs}
 
 
-def set_client_info_reply(seqid: int) -> bytes:
-    """What Spark answers every ``SetClientInfo``: ``TSetClientInfoResp(status=SUCCESS)``."""
+def set_client_info_reply(seqid: int, status: ttypes.TStatus | None = None) -> bytes:
+    """What Spark answers every ``SetClientInfo``: ``TSetClientInfoResp(status=SUCCESS)``;
+    with ``status``, that status instead (the gateway's refusal of a handle
+    that is not the caller's: the one reply of this method that can carry a
+    SQL error)."""
     buf = TMemoryBuffer()
     proto = TBinaryProtocol(buf)
     proto.writeMessageBegin("SetClientInfo", TMessageType.REPLY, seqid)
@@ -104,7 +111,7 @@ def set_client_info_reply(seqid: int) -> bytes:
     proto.writeFieldBegin("success", TType.STRUCT, 0)
     proto.writeStructBegin("TSetClientInfoResp")
     proto.writeFieldBegin("status", TType.STRUCT, 1)
-    ok_status().write(proto)
+    (status or ok_status()).write(proto)
     proto.writeFieldEnd()
     proto.writeFieldStop()
     proto.writeStructEnd()

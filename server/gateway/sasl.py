@@ -114,6 +114,7 @@ class SaslServerTransport(BufferedSocketTransport):
         self._wbuf: list = []
         self._open = True
         self._started = False
+        self._admit: Callable[[str], str | None] | None = None
 
     # -- negotiation ------------------------------------------------------
     def _recv_negotiation(self) -> tuple:
@@ -139,16 +140,22 @@ class SaslServerTransport(BufferedSocketTransport):
             pass
         raise SaslError(message)
 
-    def handshake(self, deadline: float | None = None) -> str:
+    def handshake(self, deadline: float | None = None,
+                  admit: Callable[[str], str | None] | None = None) -> str:
         """Run the server side of the negotiation; return the authenticated user.
 
         The whole negotiation must end by ``deadline`` (``time.monotonic()``;
-        default: ``handshake_timeout`` from now). Raises :class:`SaslError`
+        default: ``handshake_timeout`` from now). ``admit(user)`` runs once
+        the password is accepted and before the client hears so: it returns
+        None to let the login complete, or why not (no connection slot), which
+        the client gets as a SASL ERROR it can show rather than a connection
+        that drops after a successful login. Raises :class:`SaslError`
         after sending BAD/ERROR to the client, or a transport error when the
         client disappears mid-negotiation.
         """
         previous_timeout = self.sock.gettimeout()
         self._deadline = deadline if deadline is not None else time.monotonic() + self.handshake_timeout
+        self._admit = admit
         try:
             user = self._negotiate()
         except TimeoutError:
@@ -198,6 +205,9 @@ class SaslServerTransport(BufferedSocketTransport):
         if not accepted:
             log.warning("authentication failed for user %r", user)
             self._fail(BAD, "Error validating the login")
+        refusal = self._admit(user) if self._admit is not None else None
+        if refusal is not None:
+            self._fail(ERROR, refusal)
         self._send_negotiation(COMPLETE, b"")
         return user
 

@@ -8,12 +8,21 @@ request is first decoded strictly by the stubs (refused when they cannot:
 bad UTF-8, unknown fields, a message type other than CALL), OpenSession's
 configuration is checked against an allow-list (requestcheck.py) and every
 statement is authorised on Spark's parse (authz.py, planauth.py).
+
+Connection slots come in two pools (security.Admission): connections still in
+their TLS/SASL handshake cannot take the slots of those that logged in, and a
+full handshake pool evicts its oldest member rather than turning away the
+newcomer. Every handle a request names must be the connection's own: a
+session opened on it, an operation made in one of those sessions; Spark's
+session manager serves any handle it knows to any connection, so a foreign
+one is refused here and never relayed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import selectors
 import socket
 import ssl
 import threading
@@ -25,7 +34,7 @@ from dataclasses import dataclass
 from TCLIService import TCLIService, ttypes
 from thrift.Thrift import TApplicationException, TMessageType
 
-from tierlake.server.exceptions import ServerStoppingError, TierlakeError
+from tierlake.server.exceptions import InvalidHandleError, ResultTooLargeError, ServerStoppingError, TierlakeError
 from tierlake.server.gateway import rawmethods
 from tierlake.server.gateway.protocol import (
     DEFAULT_MAX_MESSAGE,
@@ -43,11 +52,18 @@ from tierlake.server.gateway.protocol import (
     ok_status,
     strict_decode,
 )
-from tierlake.server.gateway.requestcheck import check_configuration, check_overlay
+from tierlake.server.gateway.requestcheck import (
+    NAMES_NO_HANDLE,
+    SESSION,
+    check_configuration,
+    check_overlay,
+    named_handle,
+)
 from tierlake.server.gateway.results import build_row_set, empty_log_row_set, parse_columns, table_schema
 from tierlake.server.gateway.sasl import Authenticator, NotSaslClient, SaslError, SaslServerTransport
-from tierlake.server.gateway.security import TlsError, refuse_nosasl, start_tls
+from tierlake.server.gateway.security import Admission, TlsError, refuse_nosasl, start_tls
 from tierlake.server.gateway.upstream import UpstreamError, connect_upstream
+from tierlake.server.runtime import settings
 from tierlake.server.runtime.operations import OperationControl, running
 from tierlake.server.sqlapi import roles as R
 
@@ -68,6 +84,18 @@ STATUS_LONG_POLL_S = 1.0
 # is served so that statements already running are answered.
 STARTS_WORK = frozenset({"ExecuteStatement", "OpenSession", "GetTypeInfo", "GetCatalogs", "GetSchemas", "GetTables",
                          "GetTableTypes", "GetColumns", "GetFunctions", "GetPrimaryKeys", "GetCrossReference"})
+# The methods whose reply carries a new operation's handle (ExecuteStatement and the metadata
+# calls), read off the stubs so that none is forgotten.
+MAKES_OPERATION = frozenset(
+    name for name in dir(TCLIService.Iface) if not name.startswith("_")
+    and any(spec is not None and spec[2] == "operationHandle"
+            for spec in getattr(ttypes, f"T{name}Resp").thrift_spec if spec))
+# A burst of connections (a flood, or clients reconnecting together) waits in the kernel's queue
+# while the accept loop catches up; with a short queue the kernel drops SYNs and a client's
+# connect stalls for its one-second retransmit, a login included.
+LISTEN_BACKLOG = 1024
+# At most one warning this often about evicted handshakes: a flood must not flood the log too.
+EVICTION_LOG_INTERVAL_S = 10.0
 _TERMINAL = frozenset({ttypes.TOperationState.FINISHED_STATE, ttypes.TOperationState.ERROR_STATE,
                        ttypes.TOperationState.CANCELED_STATE, ttypes.TOperationState.CLOSED_STATE,
                        ttypes.TOperationState.TIMEDOUT_STATE})
@@ -75,6 +103,10 @@ _TERMINAL = frozenset({ttypes.TOperationState.FINISHED_STATE, ttypes.TOperationS
 
 class _BackendError(Exception):
     """The link to the internal STS failed; the client connection must go."""
+
+
+class _NoSlot(Exception):
+    """The connection logged in (or needs no login) but gets no authenticated slot."""
 
 
 def _describe(exc: BaseException) -> str:
@@ -94,6 +126,7 @@ class _LocalOperation:
     started_ms: int
     control: OperationControl
     done: threading.Event
+    secret: bytes = b""  # the handle's secret: a guid alone does not make a handle the caller's
     result: LocalResult | None = None
     failure: ttypes.TStatus | None = None
     completed_ms: int = 0
@@ -118,6 +151,7 @@ class _Connection:
         self.sock = sock
         self.address = f"{address[0]}:{address[1]}"
         self.user: str | None = None
+        self.deadline = time.monotonic() + gateway.handshake_timeout  # of the handshakes; set at accept
         self.client = None
         self.backend: SocketTransport | None = None
         self.sessions: dict[bytes, SessionInfo] = {}
@@ -127,6 +161,10 @@ class _Connection:
         self._handling = False  # a request read and not answered yet
         # Statements the backend runs, by operation guid → session guid, until the client saw them end.
         self.relayed: dict[bytes, bytes] = {}
+        # Every operation the backend made in this connection's sessions (ExecuteStatement and the
+        # metadata calls), by guid → (secret, session guid), until closed: the handles this
+        # connection may name. Unlike ``relayed`` it keeps finished operations (their rows are fetched).
+        self.owned: dict[bytes, tuple[bytes, bytes]] = {}
         self._intercepts: dict[str, Callable[[RawMessage], bytes | None]] = {
             "OpenSession": self._open_session,
             "CloseSession": self._close_session,
@@ -147,9 +185,13 @@ class _Connection:
             self._setup()
             self._serve()
         except SaslError as exc:
-            log.warning("SASL negotiation with %s failed: %s", self.address, exc)
+            if not self._closing:  # evicted: the accept loop logs evictions in bulk, a flood of them
+                log.warning("SASL negotiation with %s failed: %s", self.address, exc)
         except TlsError as exc:
-            log.warning("TLS handshake with %s failed: %s", self.address, exc)
+            if not self._closing:
+                log.warning("TLS handshake with %s failed: %s", self.address, exc)
+        except _NoSlot as exc:
+            log.warning("refused %s: %s", self.address, exc)
         except _BackendError as exc:
             if not self._closing:
                 log.error("backend link of %s failed: %s", self.address, exc)
@@ -168,17 +210,18 @@ class _Connection:
     def _setup(self) -> None:
         gw = self.gateway
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        # One deadline for TLS and SASL together, however slowly bytes arrive.
-        deadline = time.monotonic() + gw.handshake_timeout
+        # One deadline for TLS and SASL together, however slowly bytes arrive, counted from
+        # the accept: the time spent in the waiting room is part of it.
+        deadline = self.deadline
         if gw.ssl_context is not None:
-            self.sock = start_tls(self.sock, gw.ssl_context, deadline)
+            self.sock = start_tls(self.sock, gw.ssl_context, deadline, on_wrapped=self._wrapped)
         self.sock.settimeout(None)
         if gw.auth == "PLAIN":
             transport = SaslServerTransport(self.sock, gw.authenticator, gw.max_request_size,
                                             gw.handshake_timeout)
             self.client = transport
             try:
-                self.user = transport.handshake(deadline)
+                self.user = transport.handshake(deadline, admit=self._admit)
             except NotSaslClient as exc:
                 try:
                     refuse_nosasl(self.sock, exc.prefix, max(0.1, deadline - time.monotonic()))
@@ -186,6 +229,9 @@ class _Connection:
                     log.debug("cannot answer the NOSASL client %s: %s", self.address, _describe(refusal))
                 raise
         else:
+            refusal = self._admit(None)  # NOSASL: nobody to authenticate, the slot is taken now
+            if refusal is not None:
+                raise _NoSlot(refusal)
             self.client = SocketTransport(self.sock)
         try:
             self.backend = connect_upstream(gw.backend_host, gw.backend_port, self.user, gw.backend_secret,
@@ -198,6 +244,19 @@ class _Connection:
         self._backend_reader = MessageReader(self.backend, gw.max_message_size)
         self._client_reader = MessageReader(self.client, gw.max_request_size)
         log.debug("connection from %s (user %r) ready", self.address, self.user)
+
+    def _wrapped(self, tls: ssl.SSLSocket) -> None:
+        """start_tls made the TLS socket: from now on evict() must shut down that one."""
+        self.sock = tls
+        if self._closing:  # evicted while the socket was being wrapped
+            raise TlsError("connection closed during the TLS handshake")
+
+    def _admit(self, user: str | None) -> str | None:
+        """The handshake succeeded: take an authenticated slot (None), or say why there is none.
+        Runs before the client hears of its login and before the backend link, the expensive
+        part, is made."""
+        # A refusal is logged where the handshake fails (SaslError, _NoSlot); evictions in bulk by the accept loop.
+        return self.gateway._admission.promote(self)
 
     def _serve(self) -> None:
         while True:
@@ -220,6 +279,25 @@ class _Connection:
         """Nothing in flight: no request being answered, no statement whose end the client has not seen."""
         return (not self._handling and not self.relayed
                 and all(op.reported for op in list(self.operations.values())))
+
+    def evict(self) -> None:
+        """Make the connection's own thread end it, from another thread (the accept loop).
+
+        Only a shutdown: a blocked recv returns at once and every later one reads end-of-file,
+        and the thread closes the socket on its way out (run's finally). Closing it here
+        would free its descriptor while that thread may be about to read it: the next
+        accepted socket gets the same number, and the evicted thread would go on reading
+        the newcomer's bytes."""
+        self._closing = True
+        for sock in (self.sock, self.backend.sock if self.backend else None):
+            if sock is None:
+                continue
+            try:
+                # socket.socket's own shutdown, also for a TLS socket: SSLSocket.shutdown would
+                # drop its SSL object under the thread that is in the middle of the handshake.
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def close(self) -> None:
         """Close both sockets and forget local state. Safe from any thread and
@@ -273,6 +351,58 @@ class _Connection:
             return self._error_reply(msg, refusal, "08P01")
         return None
 
+    def _refuse_foreign_handle(self, msg: RawMessage) -> bytes | None:
+        """The reply refusing a request whose handle is not this connection's own, or None.
+
+        Spark's session manager is shared by all connections and serves any handle it knows,
+        whoever sends it: relayed, another client's handle would fetch its rows, cancel or close
+        its statements, run statements in its session (as its user: Spark's session is the
+        other user's). So the handle must name a session opened on this connection or an
+        operation made in one of them, guid and secret both. Deny by default: a request the
+        gateway cannot read the handle of is refused too, in development mode as well.
+        """
+        if msg.name in NAMES_NO_HANDLE or msg.mtype != TMessageType.CALL:
+            return None
+        args_cls = getattr(TCLIService, f"{msg.name}_args", None) or rawmethods.ARGS.get(msg.name)
+        if args_cls is None:
+            return None  # unknown method: refused by _refuse_unchecked with a password file
+        try:
+            args = decode_body(msg, args_cls)
+            named = named_handle(args)
+        except Exception as exc:  # noqa: BLE001 - unreadable: cannot be shown to be ours
+            return self._refuse_handle(msg, InvalidHandleError(
+                f"request refused: the gateway cannot read the handle of this {msg.name} request "
+                f"({_describe(exc)})"))
+        kind, handle = named if named is not None else (SESSION, None)
+        if handle is None or not isinstance(handle.guid, bytes):
+            if not self._checked:
+                return None  # names nothing to take over; the backend refuses it as before
+            return self._refuse_handle(msg, InvalidHandleError(
+                f"Invalid {kind}: the {msg.name} request names none"))
+        if kind == SESSION:
+            session = self.sessions.get(handle.guid)
+            ours = session is not None and session.secret == handle.secret
+        else:
+            local = self.operations.get(handle.guid)
+            relayed = self.owned.get(handle.guid)
+            ours = ((local is not None and local.secret == handle.secret)
+                    or (relayed is not None and relayed[0] == handle.secret))
+        if ours:
+            return None
+        log.warning("refused %s from %s (user %r): its %s is not one of this connection's",
+                    msg.name, self.address, self.user, kind)
+        return self._refuse_handle(msg, InvalidHandleError(
+            f"Invalid {kind}: not {'a session' if kind == SESSION else 'an operation'} of this connection "
+            "(unknown, closed, or opened by another client)"))
+
+    def _refuse_handle(self, msg: RawMessage, error: InvalidHandleError) -> bytes:
+        if msg.name == "SetClientInfo":
+            return rawmethods.set_client_info_reply(
+                msg.seqid, error_status(error.message, error.sqlstate, error.error_code))
+        if msg.name in rawmethods.ARGS:  # GetQueryId's reply has no status: only an exception can say no
+            return self._application_error(msg, TApplicationException.INTERNAL_ERROR, error.message)
+        return self._error_reply(msg, error.message, error.sqlstate, error.error_code)
+
     def _application_error(self, msg: RawMessage, kind: int, message: str) -> bytes:
         return encode_message(msg.name or "unknown", TMessageType.EXCEPTION, msg.seqid,
                               TApplicationException(kind, message))
@@ -282,6 +412,9 @@ class _Connection:
             refusal = self._refuse_unchecked(msg)
             if refusal is not None:
                 return refusal
+        refusal = self._refuse_foreign_handle(msg)
+        if refusal is not None:
+            return refusal
         if self.gateway.draining and msg.name in STARTS_WORK:
             refusal = ServerStoppingError("tierlake is stopping: this request was not run; send it again once "
                                           "the server is back")
@@ -301,13 +434,27 @@ class _Connection:
                 return reply
         reply_msg = self._relay(msg)
         if reply_msg is not None:
+            if msg.name == "FetchResults" and len(reply_msg.data) > self.gateway.max_reply_size:
+                # One huge value (SELECT repeat(…)) would otherwise end a Java client's connection
+                # ("Length exceeded max allowed: 16384000") with nothing said of why.
+                error = ResultTooLargeError(
+                    f"result too large: this fetch is {len(reply_msg.data)} bytes, more than "
+                    f"tierlake.gateway.max-reply-size ({self.gateway.max_reply_size} bytes); fetch fewer rows "
+                    "at a time, or select smaller values (a single value this large cannot be sent)")
+                return self._error_reply(msg, error.message, error.sqlstate, error.error_code)
             self._track_relayed(msg, reply_msg)
         return reply_msg.data if reply_msg is not None else None
 
     def _track_relayed(self, msg: RawMessage, reply: RawMessage) -> None:
-        """Remember the backend's statements until the client saw them end (a stopping gateway waits)."""
+        """Remember the backend's statements until the client saw them end (a stopping gateway waits),
+        and every operation handle it made for this connection until it is closed (the handles
+        this connection may name)."""
         if reply.mtype != TMessageType.REPLY:
             return
+        try:
+            self._track_owned(msg, reply)
+        except Exception:
+            log.debug("cannot track the operations of %s of %s", msg.name, self.address, exc_info=True)
         try:
             if msg.name == "ExecuteStatement":
                 request = decode_body(msg, TCLIService.ExecuteStatement_args).req
@@ -324,6 +471,22 @@ class _Connection:
                 self.relayed.pop(guid, None)
         except Exception:
             log.debug("cannot track %s of %s", msg.name, self.address, exc_info=True)
+
+    def _track_owned(self, msg: RawMessage, reply: RawMessage) -> None:
+        if msg.name not in MAKES_OPERATION and msg.name != "CloseOperation":
+            return  # above all not FetchResults: decoding its rows again would double its cost
+        response = decode_body(reply, getattr(TCLIService, f"{msg.name}_result")).success
+        status = getattr(response, "status", None)
+        if status is None or status.statusCode not in (ttypes.TStatusCode.SUCCESS_STATUS,
+                                                      ttypes.TStatusCode.SUCCESS_WITH_INFO_STATUS):
+            return
+        request = decode_body(msg, getattr(TCLIService, f"{msg.name}_args")).req
+        made = getattr(response, "operationHandle", None)
+        session = getattr(request, "sessionHandle", None)
+        if made is not None and session is not None:  # ExecuteStatement, GetTables, GetColumns, …
+            self.owned[made.operationId.guid] = (made.operationId.secret, session.sessionId.guid)
+        elif msg.name == "CloseOperation":
+            self.owned.pop(request.operationHandle.operationId.guid, None)
 
     def _relay(self, msg: RawMessage) -> RawMessage | None:
         try:
@@ -425,6 +588,8 @@ class _Connection:
                 self.operations.pop(op_guid).control.cancel()
             for op_guid in [g for g, s in self.relayed.items() if s == guid]:
                 self.relayed.pop(op_guid, None)
+            for op_guid in [g for g, (_, s) in self.owned.items() if s == guid]:
+                self.owned.pop(op_guid, None)
         return reply.data
 
     # -- local statements ---------------------------------------------------
@@ -443,10 +608,10 @@ class _Connection:
                 return self._error_reply(msg, "request refused: ExecuteStatement without a statement", "08P01")
             return None
         if session is None:
-            if authorizer is not None and authorizer.enabled:
-                # Unchecked statements must not reach the backend.
-                return self._error_reply(msg, "Invalid SessionHandle: unknown to the gateway", "HY000")
-            return None  # the backend's to reject, with its own error
+            # _refuse_foreign_handle let no such request through; unchecked statements must never
+            # reach the backend whatever changes there.
+            error = InvalidHandleError("Invalid SessionHandle: unknown to the gateway")
+            return self._error_reply(msg, error.message, error.sqlstate, error.error_code)
         if authorizer is not None:
             try:
                 if self._checked:
@@ -484,7 +649,7 @@ class _Connection:
         guid, secret = uuid.uuid4().bytes, uuid.uuid4().bytes
         op = _LocalOperation(guid, session.session_guid, session.protocol_version, _now_ms(),
                              OperationControl(f"{statement[:80]!r} from {self.address}"),
-                             threading.Event())
+                             threading.Event(), secret=secret)
         if run_async:
             self.operations[guid] = op
             threading.Thread(target=self._execute_local, args=(op, statement, session), daemon=True,
@@ -633,6 +798,14 @@ class Gateway:
     ``on_session_opened(guid, secret)`` runs after the backend opened a
     session and before the client hears of it, so it may prepare the
     session (the server registers its UDFs there); its failures are logged.
+
+    Connection slots (:class:`~server.gateway.security.Admission`):
+    ``max_connections`` logged-in connections, and apart from them
+    ``max_unauthenticated`` connections still in their handshakes, at most
+    ``max_unauthenticated_per_address`` of them from one address; a newcomer
+    that would overflow those evicts the oldest handshake of its own address
+    or of the address holding the most (``Admission`` has the rule). Unset,
+    each comes from its ``tierlake.gateway.*`` setting's default.
     """
 
     def __init__(
@@ -644,7 +817,7 @@ class Gateway:
         handler: StatementHandler,
         auth: str = "PLAIN",
         authenticator: Authenticator | None = None,
-        max_connections: int = 256,
+        max_connections: int | None = None,
         *,
         authorizer=None,
         ssl_context: ssl.SSLContext | None = None,
@@ -654,6 +827,9 @@ class Gateway:
         max_request_size: int = DEFAULT_MAX_REQUEST,
         backend_secret: str | None = None,
         on_session_opened: Callable[[bytes, bytes], None] | None = None,
+        max_unauthenticated: int | None = None,
+        max_unauthenticated_per_address: int | None = None,
+        max_reply_size: int | None = None,
     ):
         mode = (auth or "PLAIN").upper()
         mode = "PLAIN" if mode == "NONE" else mode
@@ -674,11 +850,17 @@ class Gateway:
         self.authenticator = authenticator
         self.authorizer = authorizer
         self.ssl_context = ssl_context
-        self.max_connections = max_connections
+        self.max_connections = _or_default(max_connections, "tierlake.gateway.max-connections")
+        self._admission = Admission(
+            self.max_connections,
+            _or_default(max_unauthenticated, "tierlake.gateway.max-unauthenticated-connections"),
+            _or_default(max_unauthenticated_per_address, "tierlake.gateway.max-unauthenticated-per-address"))
+        self._evictions_logged = (0, 0.0)  # (evictions counted, monotonic time) at the last warning
         self.connect_timeout = connect_timeout
         self.handshake_timeout = handshake_timeout
         self.max_message_size = max_message_size
         self.max_request_size = max_request_size
+        self.max_reply_size = _or_default(max_reply_size, "tierlake.gateway.max-reply-size")
         self.backend_secret = backend_secret
         self.on_session_opened = on_session_opened
         self._sock: socket.socket | None = None
@@ -694,13 +876,23 @@ class Gateway:
         with self._lock:
             return len(self._connections)
 
+    @property
+    def unauthenticated_count(self) -> int:
+        """Connections holding a handshake slot (not logged in yet)."""
+        return self._admission.pending_count
+
+    @property
+    def authenticated_count(self) -> int:
+        """Connections holding a slot of the logged-in pool."""
+        return self._admission.authenticated_count
+
     def start(self) -> Gateway:
         """Bind and listen; returns once clients can connect."""
         if self._sock is not None:
             raise RuntimeError("gateway already started")
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.create_server((self.host, self.port), family=family, backlog=128)
-        sock.settimeout(0.5)  # lets the accept loop notice stop()
+        sock = socket.create_server((self.host, self.port), family=family, backlog=LISTEN_BACKLOG)
+        sock.setblocking(False)  # the accept loop selects on it with the waiting room
         self._sock = sock
         self.port = sock.getsockname()[1]
         self._stopping.clear()
@@ -759,7 +951,8 @@ class Gateway:
             conn.close()
         deadline = time.monotonic() + timeout
         for _, thread in connections:
-            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread is not None:  # None: it was still in the waiting room, closed by the accept loop
+                thread.join(max(0.0, deadline - time.monotonic()))
         log.info("gateway on port %d stopped", self.port)
 
     def __enter__(self) -> Gateway:
@@ -769,27 +962,108 @@ class Gateway:
         self.stop()
 
     def _accept_loop(self) -> None:
-        while not self._stopping.is_set():
+        """Accept connections and keep them in a waiting room until their first bytes arrive.
+
+        A connection gets its thread only once it has sent something (every client speaks
+        first: a TLS ClientHello, a SASL START, a NOSASL OpenSession). Idle sockets, the cheap
+        attack, so cost a selector entry and no thread, and accepting stays quick however many
+        arrive: starting a thread waits for it to run, milliseconds on a busy machine, and a
+        login queued behind a thousand of them would wait seconds. Everything in the waiting
+        room belongs to this thread alone, so closing those sockets here cannot race a reader.
+        """
+        selector = selectors.DefaultSelector()
+        selector.register(self._sock, selectors.EVENT_READ)
+        waiting: dict[_Connection, float] = {}  # → the handshake deadline; accept order
+        try:
+            while not self._stopping.is_set():
+                timeout = 0.5  # lets the loop notice stop()
+                if waiting:
+                    timeout = max(0.0, min(timeout, next(iter(waiting.values())) - time.monotonic()))
+                for key, _ in selector.select(timeout):
+                    if key.data is None:
+                        self._accept_some(selector, waiting)
+                    elif key.data in waiting:
+                        self._wake(selector, waiting, key.data)
+                now = time.monotonic()
+                while waiting:  # silent until its handshake deadline: it never began one
+                    conn, deadline = next(iter(waiting.items()))
+                    if deadline > now:
+                        break
+                    self._drop_waiting(selector, waiting, conn)
+        finally:
+            for conn in list(waiting):
+                self._drop_waiting(selector, waiting, conn)
+            selector.close()
+
+    def _accept_some(self, selector: selectors.BaseSelector, waiting: dict) -> None:
+        for _ in range(256):  # then look at the waiting room again
             try:
                 sock, address = self._sock.accept()
-            except TimeoutError:
-                continue
+            except BlockingIOError:
+                return
             except OSError as exc:
                 if self._stopping.is_set():
-                    break
+                    return
                 log.error("accept failed: %s", exc)  # e.g. out of file descriptors
                 time.sleep(0.1)
-                continue
+                return
+            # No limit on the newcomer itself: it takes a handshake slot, evicting an older
+            # handshake when the pool (or its address's share) is full, so that however many
+            # connections sit idle a new login gets its turn.
+            sock.setblocking(True)
+            conn = _Connection(self, sock, address)
+            conn.deadline = time.monotonic() + self.handshake_timeout
             with self._lock:
-                if len(self._connections) >= self.max_connections:
-                    log.warning("refusing %s:%s: %d connections open", address[0], address[1], len(self._connections))
-                    sock.close()
-                    continue
-                self._counter += 1
-                conn = _Connection(self, sock, address)
-                thread = threading.Thread(target=conn.run, daemon=True, name=f"tierlake-gateway-{self._counter}")
-                self._connections[conn] = thread
-            thread.start()
+                self._connections[conn] = None
+            for victim in self._admission.admit(conn, address[0]):
+                if victim in waiting:
+                    self._drop_waiting(selector, waiting, victim)
+                else:
+                    victim.evict()  # its thread ends it
+                self._log_evictions()
+            waiting[conn] = conn.deadline
+            selector.register(sock, selectors.EVENT_READ, conn)
+
+    def _wake(self, selector: selectors.BaseSelector, waiting: dict, conn: _Connection) -> None:
+        """``conn`` sent its first bytes (or closed): give it its thread."""
+        selector.unregister(conn.sock)
+        del waiting[conn]
+        try:
+            conn.sock.setblocking(False)
+            gone = conn.sock.recv(1, socket.MSG_PEEK) == b""
+            conn.sock.setblocking(True)
+        except OSError:
+            gone = True
+        if gone:  # closed without a word: no thread for that
+            self._admission.forget(conn)
+            conn.close()
+            self._forget(conn)
+            return
+        with self._lock:
+            self._counter += 1
+            thread = threading.Thread(target=conn.run, daemon=True, name=f"tierlake-gateway-{self._counter}")
+            self._connections[conn] = thread
+        thread.start()
+
+    def _drop_waiting(self, selector: selectors.BaseSelector, waiting: dict, conn: _Connection) -> None:
+        try:
+            selector.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        waiting.pop(conn, None)
+        conn.close()
+        self._forget(conn)
+
+    def _log_evictions(self) -> None:
+        total = self._admission.evicted
+        logged, at = self._evictions_logged
+        now = time.monotonic()
+        if now - at >= EVICTION_LOG_INTERVAL_S:
+            self._evictions_logged = (total, now)
+            log.warning("evicted %d connection(s) that had not logged in, to make room for new ones "
+                        "(%d in their handshake; tierlake.gateway.max-unauthenticated-connections, "
+                        "tierlake.gateway.max-unauthenticated-per-address)",
+                        total - logged, self._admission.pending_count)
 
     def session_opened(self, guid: bytes, secret: bytes) -> None:
         """Run the ``on_session_opened`` hook; a failing hook never fails the session."""
@@ -802,5 +1076,11 @@ class Gateway:
             log.debug("on_session_opened failure", exc_info=True)
 
     def _forget(self, conn: _Connection) -> None:
+        self._admission.forget(conn)
         with self._lock:
             self._connections.pop(conn, None)
+
+
+def _or_default(value: int | None, key: str) -> int:
+    """``value``, or the default of setting ``key``: one place for the defaults, the registry."""
+    return settings.parse_default(key) if value is None else value

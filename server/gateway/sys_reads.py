@@ -335,7 +335,10 @@ class SysReads:
 
     def _parse_json(self, text: str) -> str | None:
         try:
-            return str(self._spark()._jsparkSession.sessionState().sqlParser().parsePlan(text).toJSON())
+            spark = self._spark()
+            # As the session runs it: ${…} stays literal (PlanWalker.parse).
+            walker = spark.sparkContext._jvm.io.tierlake.internal.PlanWalker
+            return str(walker.parse(spark._jsparkSession, text).toJSON())
         except Exception as e:  # noqa: BLE001 - Spark will answer the statement with its own error
             log.debug("not a sys read (%s): %r", type(e).__name__, text[:200])
             return None

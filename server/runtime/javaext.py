@@ -5,6 +5,9 @@ jar in jars.py. They go on the driver's class path:
 
 - ``io.tierlake.internal.PlanWalker`` flattens a parsed plan for the
   gateway's authorisation (server/gateway/planauth.py);
+- ``io.tierlake.internal.AuthzCheck`` is a session extension's check rule:
+  the gateway's second line of authorisation, on the plans Spark resolved,
+  for the client sessions the gateway bound to a role;
 - ``io.tierlake.internal.SecretAuthenticator`` is the internal Spark Thrift
   Server's custom authentication provider (only the gateway gets in);
 - ``io.tierlake.internal.SmallTables`` reads and rewrites the small ``sys``
@@ -31,7 +34,12 @@ jar in jars.py. They go on the driver's class path:
 - ``io.tierlake.internal.IncrementalCatalog`` is the read-only catalog
   ``tierlake_inc`` whose ``<db>.<table>.after_<snapshot>`` is an incremental
   (append) read of a stream table, the stream part of a fresh view
-  (server/changelog/fresh_view.py).
+  (server/changelog/fresh_view.py);
+- ``io.tierlake.internal.TaskErrorGuard`` keeps a task's OutOfMemoryError
+  from exiting the JVM of a local master: the query fails, the server stays
+  up; ``io.tierlake.internal.StatementDeadline`` fails the Spark jobs of a
+  statement past ``tierlake.query.timeout`` with an error that says so
+  (server/runtime/resource_bounds.py).
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ log = logging.getLogger("tierlake.session")
 
 SOURCES = Path(__file__).with_name("java")
 PLAN_WALKER = "io.tierlake.internal.PlanWalker"
+AUTHZ_CHECK = "io.tierlake.internal.AuthzCheck"
 SECRET_AUTHENTICATOR = "io.tierlake.internal.SecretAuthenticator"
 SMALL_TABLES = "io.tierlake.internal.SmallTables"
 LAKE_FILES = "io.tierlake.internal.LakeFiles"
@@ -65,6 +74,8 @@ INCREMENTAL_CATALOG = "io.tierlake.internal.IncrementalCatalog"
 CAS_ALTER_HANDLER = "io.tierlake.internal.CasAlterHandler"
 CACHING_OBJECT_STORE = "io.tierlake.internal.CachingObjectStore"
 TXN_HANDLER = "org.apache.hadoop.hive.metastore.txn.TierlakeTxnHandler"
+TASK_ERROR_GUARD = "io.tierlake.internal.TaskErrorGuard"
+STATEMENT_DEADLINE = "io.tierlake.internal.StatementDeadline"
 INCREMENTAL_CATALOG_NAME = "tierlake_inc"  # spark.sql.catalog.<this>, set by runtime/session.py
 
 

@@ -7,19 +7,25 @@ what it is.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import ipaddress
 import logging
 import os
 import re
+import secrets
 import socket
 import sys
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from tierlake.server.exceptions import HomeInUseError, MigrationError
+from tierlake.server.runtime import resource_bounds
 from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.jars import resolve_iceberg_jars
 from tierlake.server.runtime.javaext import (
+    AUTHZ_CHECK,
     CACHING_OBJECT_STORE,
     CAS_ALTER_HANDLER,
     INCREMENTAL_CATALOG,
@@ -81,6 +87,122 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+LOOPBACK = "127.0.0.1"
+DRIVER_ADDRESS_KEYS = ("spark.driver.bindAddress", "spark.driver.host")
+# Any of these names the driver's shared secret; none given: a fresh one per process.
+SECRET_SOURCES = ("spark.authenticate.secret", "spark.authenticate.secret.file",
+                  "spark.authenticate.secret.driver.file")
+# SET and SET key pass every (key, value) through SQLConf.redactOptions: this
+# pattern, then spark.redaction.regex (secret|password|token|access key), each
+# searched in the key and in the value. Spark's default here is (?i)url; this
+# adds keys that name hosts, ports, paths, jars and JVM options, and values
+# that are paths, URIs or IP addresses. SET -v (SQLConf.getAllDefinedConfs)
+# redacts nothing: it lists SQL settings only (spark.sql.warehouse.dir among them).
+REDACTION_OPTIONS_REGEX = (
+    r"(?i)url"
+    r"|[.]\w*(host|port|address|dirs?|paths?|location|uris?|jars|files?|archives|classpath|javaoptions)$"
+    r"|^(/|file:)|://|\b\d{1,3}([.]\d{1,3}){3}\b"
+)
+REDACTION_KEY = "spark.sql.redaction.options.regex"
+# Kept off spark-submit's command line, which every local user can read in
+# /proc/<pid>/cmdline (pyspark's launch_gateway passes its conf as --conf
+# arguments): these reach the JVM's SparkConf through py4j instead.
+_SECRET_KEY = re.compile(r"(?i)secret|password|token|access[.]?key")
+
+
+def is_loopback(host: str) -> bool:
+    """``host`` (an address or a name) is loopback only; a name that does not resolve is not."""
+    host = host.strip().strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+
+
+def driver_bind(user: Mapping[str, str]) -> str | None:
+    """The address the user's settings make the driver listen on (Spark falls
+    back from spark.driver.bindAddress to spark.driver.host); None: not given."""
+    for key in DRIVER_ADDRESS_KEYS:
+        value = (user.get(key) or "").strip()
+        if value:
+            return value
+    return None
+
+
+def network_settings(user: Mapping[str, str], master: str = "local[*]") -> dict[str, str]:
+    """Where the driver's RPC and block-manager ports listen, and Spark's own
+    authentication when they listen beyond loopback.
+
+    Neither address given: both 127.0.0.1. One given that is not loopback (a
+    cluster whose executors must reach the driver): ``spark.authenticate`` and
+    ``spark.network.crypto.enabled`` on, with a random secret made for this
+    process unless the user names one. User settings are applied after these
+    and win, with a warning."""
+    bind = driver_bind(user)
+    if bind is None:
+        if not re.fullmatch(r"local(-cluster)?(\[.*\])?", master):
+            log.warning("the Spark driver listens on %s only: executors of %s on other hosts cannot reach it; "
+                        "set spark.driver.host (and spark.driver.bindAddress) to widen it, which turns on "
+                        "spark.authenticate", LOOPBACK, master)
+        return {"spark.driver.bindAddress": LOOPBACK, "spark.driver.host": LOOPBACK}
+    if is_loopback(bind):
+        return {}
+    settings = {"spark.authenticate": "true", "spark.network.crypto.enabled": "true"}
+    if not any((user.get(key) or "").strip() for key in SECRET_SOURCES):
+        settings["spark.authenticate.secret"] = secrets.token_hex(32)
+    log.warning("the Spark driver's RPC and block-manager ports listen on %s (not loopback): "
+                "spark.authenticate and spark.network.crypto.enabled are on", bind)
+    for key in ("spark.authenticate", "spark.network.crypto.enabled"):
+        given = (user.get(key) or "").strip()
+        if given and given.lower() != "true":
+            log.warning("%s=%s as configured: the driver's ports on %s take connections %s", key, given, bind,
+                        "from anyone who can reach them" if key == "spark.authenticate" else "unencrypted")
+    if (user.get("spark.ui.enabled") or "").strip().lower() == "true":
+        log.warning("the Spark UI (spark.ui.enabled) has no login and listens on SPARK_LOCAL_IP, "
+                    "else on every address; spark.authenticate does not cover it")
+    return settings
+
+
+def jvm_environment(user: Mapping[str, str]) -> dict[str, str]:
+    """Variables the driver JVM starts with. Spark's UI (WebUI.bind) and a
+    local-cluster's master and workers listen on SPARK_LOCAL_IP, else on every
+    address: loopback too, unless the user widened the driver."""
+    bind = driver_bind(user)
+    if bind is not None and not is_loopback(bind):
+        return {}
+    current = os.environ.get("SPARK_LOCAL_IP")
+    if current and current != LOOPBACK:
+        log.warning("SPARK_LOCAL_IP=%s ignored: the Spark driver listens on %s (set spark.driver.bindAddress "
+                    "and spark.driver.host to widen it)", current, LOOPBACK)
+    return {"SPARK_LOCAL_IP": LOOPBACK}
+
+
+def launch_settings(settings: Mapping[str, str]) -> dict[str, str]:
+    """The settings that may go on spark-submit's command line: no secrets."""
+    return {k: v for k, v in settings.items() if not _SECRET_KEY.search(k)}
+
+
+@contextlib.contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 TIERING_POOL = "tiering"
 _FAIR_POOLS = """<?xml version="1.0"?>
 <allocations>
@@ -110,7 +232,8 @@ def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
     home = config.home
     settings = {
         "spark.app.name": "tierlake",
-        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        # AuthzCheck: the gateway's second line, on Spark's resolved plans (sessions it bound to a role only).
+        "spark.sql.extensions": f"org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions,{AUTHZ_CHECK}",
         "spark.sql.catalog.spark_catalog": "org.apache.iceberg.spark.SparkSessionCatalog",
         "spark.sql.catalog.spark_catalog.type": "hive",
         # Every JDBC session of the Thrift Server has its own catalog
@@ -201,6 +324,11 @@ def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
         settings["spark.hadoop.fs.file.impl"] = LOCAL_FILE_SYSTEM
     extra = user.pop("spark.driver.extraJavaOptions", "")
     settings["spark.driver.extraJavaOptions"] = " ".join(java_opts + ([extra] if extra else []))
+    settings.update(network_settings(user, config.text("tierlake.master")))
+    settings[REDACTION_KEY] = REDACTION_OPTIONS_REGEX
+    if user.get(REDACTION_KEY, REDACTION_OPTIONS_REGEX) != REDACTION_OPTIONS_REGEX:
+        log.warning("%s as configured: SET may show a reader the driver's host, ports and paths", REDACTION_KEY)
+    settings.update(resource_bounds.spark_settings(config))
     settings.update(user)
     # Spark would substitute ${…} in a statement's text after the gateway
     # authorised its parse (and leak ${env:…}); no setting turns it on.
@@ -208,7 +336,7 @@ def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
     return settings
 
 
-def _start_jvm(master: str, settings: dict[str, str]) -> None:
+def _start_jvm(master: str, settings: dict[str, str], env: Mapping[str, str] | None = None) -> None:
     """Start the driver JVM in a process group of its own (pyspark would start it in ours).
 
     A SIGTERM to the whole group (systemd's stop, a terminal's kill of the job)
@@ -222,9 +350,13 @@ def _start_jvm(master: str, settings: dict[str, str]) -> None:
 
     if SparkContext._active_spark_context is not None:
         return
+    launch = SparkConf().setMaster(master).set("spark.sql.catalogImplementation", "hive")
+    launch.setAll(list(launch_settings(settings).items()))
+    # launch_gateway hands the JVM a copy of os.environ and takes no env of its own.
+    with _environment(env or {}):
+        gateway = launch_gateway(launch, popen_kwargs={"start_new_session": True})
     conf = SparkConf().setMaster(master).set("spark.sql.catalogImplementation", "hive")
     conf.setAll(list(settings.items()))
-    gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
     SparkContext(conf=conf, gateway=gateway)
 
 
@@ -242,11 +374,12 @@ def build_spark(config: Config, thrift_port: int, owns_metastore: bool = True) -
     # interpreter; the default "python3" may lack pyspark.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     settings = spark_settings(config, thrift_port)
-    _start_jvm(config.text("tierlake.master"), settings)
+    _start_jvm(config.text("tierlake.master"), settings, jvm_environment(config.spark_conf()))
     builder = SparkSession.builder.master(config.text("tierlake.master"))
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.enableHiveSupport().getOrCreate()
+    resource_bounds.install(spark, config)
     log.info("SparkSession started: Spark %s, master %s", spark.version, spark.sparkContext.master)
     # Opening the metastore creates its Derby schema on first start.
     spark.sql("SHOW DATABASES").collect()
@@ -308,6 +441,50 @@ def iceberg_table(spark: Any, name: str, locking: bool = False) -> Any:
     return jclass("org.apache.iceberg.spark.Spark3Util", jvm).loadIcebergTable(spark._jsparkSession, name)
 
 
+def _serve_metastore_on_loopback(spark: Any, hconf: Any, port: int) -> bool:
+    """HiveMetaStore.startMetaStore's plain set-up (set_ugi, binary protocol),
+    with its server socket on 127.0.0.1: Hive 2.3 opens it on every address
+    (HiveAuthUtils.getServerSocket(null, port)) and never reads
+    hive.metastore.thrift.bind.host. False, serving nothing, when the
+    configuration asks for a transport only Hive's own start-up builds."""
+    jvm, gateway = spark.sparkContext._jvm, spark.sparkContext._gateway
+    conf_vars = getattr(jvm.org.apache.hadoop.hive.conf, "HiveConf$ConfVars")
+    if (any(hconf.getBoolVar(getattr(conf_vars, name)) for name in (
+            "METASTORE_USE_THRIFT_SASL", "METASTORE_USE_THRIFT_FRAMED_TRANSPORT",
+            "METASTORE_USE_THRIFT_COMPACT_PROTOCOL", "HIVE_METASTORE_USE_SSL"))
+            or not hconf.getBoolVar(conf_vars.METASTORE_EXECUTE_SET_UGI)):
+        return False
+    metastore = "org.apache.hadoop.hive.metastore."
+    # What startMetaStore sets first: handlers take a client's address from its connection.
+    remote = jvm.java.lang.Class.forName(metastore + "HiveMetaStore").getDeclaredField("isMetaStoreRemote")
+    remote.setAccessible(True)
+    remote.setBoolean(None, True)
+    max_message = hconf.getLongVar(conf_vars.METASTORESERVERMAXMESSAGESIZE)
+    base = getattr(jvm.org.apache.hadoop.hive.metastore, "HiveMetaStore$HMSHandler")(
+        "new db based metaserver", hconf, False)
+    handler = jvm.org.apache.hadoop.hive.metastore.HiveMetaStore.newRetryingHMSHandler(base, hconf)
+    server_socket = jvm.org.apache.thrift.transport.TServerSocket(jvm.java.net.InetSocketAddress(LOOPBACK, port))
+    if hconf.getBoolVar(conf_vars.METASTORE_TCP_KEEP_ALIVE):
+        server_socket = jvm.org.apache.hadoop.hive.metastore.TServerSocketKeepAlive(server_socket)
+    protocol = getattr(jvm.org.apache.thrift.protocol, "TBinaryProtocol$Factory")
+    args = getattr(jvm.org.apache.thrift.server, "TThreadPoolServer$Args")(server_socket)
+    args.processor(jvm.org.apache.hadoop.hive.metastore.TUGIBasedProcessor(handler))
+    args.transportFactory(getattr(jvm.org.apache.hadoop.hive.thrift, "TUGIContainingTransport$Factory")())
+    args.protocolFactory(protocol())
+    args.inputProtocolFactory(protocol(True, True, max_message, max_message))
+    args.minWorkerThreads(hconf.getIntVar(conf_vars.METASTORESERVERMINTHREADS))
+    args.maxWorkerThreads(hconf.getIntVar(conf_vars.METASTORESERVERMAXTHREADS))
+    server = jvm.org.apache.thrift.server.TThreadPoolServer(args)
+    # Hive's per-connection clean-up (each connection's RawStore is shut down when it closes),
+    # an anonymous class with a package-private constructor.
+    events = jvm.java.lang.Class.forName(metastore + "HiveMetaStore$3").getDeclaredConstructor(
+        gateway.new_array(jvm.java.lang.Class, 0))
+    events.setAccessible(True)
+    server.setServerEventHandler(events.newInstance(gateway.new_array(jvm.java.lang.Object, 0)))
+    server.serve()
+    return True
+
+
 def start_metastore_service(spark: Any, config: Config, port: int) -> int:
     """Serve this server's metastore over Hive's Thrift protocol on 127.0.0.1.
 
@@ -329,7 +506,10 @@ def start_metastore_service(spark: Any, config: Config, port: int) -> int:
 
     def serve() -> None:
         try:
-            jvm.org.apache.hadoop.hive.metastore.HiveMetaStore.startMetaStore(port, bridge, hconf)
+            if not _serve_metastore_on_loopback(spark, hconf, port):
+                log.warning("the metastore service listens on every address (Hive's SASL, SSL or framed "
+                            "transport is configured, which only HiveMetaStore.startMetaStore sets up)")
+                jvm.org.apache.hadoop.hive.metastore.HiveMetaStore.startMetaStore(port, bridge, hconf)
         except Exception:
             log.exception("metastore service stopped")
 

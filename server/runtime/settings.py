@@ -111,8 +111,33 @@ SETTINGS: tuple[Setting, ...] = (
        minimum=1),
     _s("tierlake.gateway.max-request-size", "16777216", "int",
        "largest Thrift request (bytes) a client may send; a bigger one closes the connection", minimum=1024),
+    _s("tierlake.gateway.max-reply-size", "16000000", "int",
+       "largest batch of fetched rows (bytes) the gateway passes to a client; a bigger one fails that fetch "
+       "with an error instead (Java clients' Thrift cannot read frames over 16384000 bytes)", minimum=65536),
     _s("tierlake.gateway.handshake-timeout", "30 s", "duration",
        "total time a client has for the TLS and SASL handshakes together, however slowly its bytes arrive"),
+    _s("tierlake.gateway.max-connections", "256", "int",
+       "connections that have logged in (finished TLS and SASL) the gateway keeps open at once; "
+       "one more is refused at login with an error", minimum=1),
+    _s("tierlake.gateway.max-unauthenticated-connections", "256", "int",
+       "connections still in their TLS or SASL handshake, a pool of their own: when it is full a new "
+       "connection evicts the oldest one of the address holding the most, so they cannot keep anyone "
+       "from logging in", minimum=1),
+    _s("tierlake.gateway.max-unauthenticated-per-address", "64", "int",
+       "connections in their handshake from one client address (an IPv6 /64); one more evicts that "
+       "address's oldest; above the logins one host (a pool, an app server) starts at once", minimum=1),
+    _s("tierlake.query.timeout", "1 h", "duration",
+       "a statement the gateway relays to Spark (any user's queries, and DML or DDL Spark runs; not "
+       "procedures, stream-table INSERTs or tiering) fails after this long with an error naming this "
+       "setting; `0` turns it off; a client's shorter per-statement timeout still applies"),
+    _s("tierlake.query.reader-timeout", "10 min", "duration",
+       "a statement of a user whose highest role is `reader`, relayed to Spark, fails after this long "
+       "(the shorter of this and `tierlake.query.timeout`) with an error naming this setting; `0`: "
+       "readers get `tierlake.query.timeout` too; applies with a password file (roles known)"),
+    _s("tierlake.query.max-result-size", "536870912", "int",
+       "largest result (bytes, serialized) one Spark job may bring into the server's memory "
+       "(`spark.driver.maxResultSize`); a bigger one fails that query; `0` turns the bound off",
+       minimum=0, default_doc="`536870912` (512 MiB)"),
     _s("tierlake.client.password-file", "", "path",
        "file whose first line is the password `tierlake tiering-service` logs in with (after `--password` "
        "and `$TIERLAKE_PASSWORD`)"),

@@ -61,7 +61,7 @@ def test_unknown_nodes_need_admin_and_escapes_decode():
 
 
 @pytest.mark.parametrize("key, value, role", [
-    (None, None, R.READER), ("-v", None, R.READER), ("spark.sql.catalog.x", None, R.READER),
+    (None, None, R.READER), ("-v", None, R.ADMIN), ("spark.sql.catalog.x", None, R.READER),
     ("spark.sql.session.timezone", "UTC", R.READER), ("spark.sql.catalog.evil", "x", R.ADMIN),
     ("spark.sql.variable.substitute", "true", planauth.NOBODY),
 ])
@@ -130,3 +130,95 @@ def test_development_mode_allows_everything():
     assert not dev.enabled and dev.authenticate("anyone", "") and dev.roles("x") == set(R.ROLES)
     dev.check("anyone", "CALL sys.heartbeat('j')")
     dev.check(None, "DROP TABLE x")
+
+
+def select_from(*parts: str) -> planauth.Plan:
+    return plan(f"N\t0\t-1\tP\t{CAT}.plans.logical.Project",
+                f"N\t1\t0\tP\t{CAT}.analysis.UnresolvedRelation", "Q\t1\t" + "\t".join(parts))
+
+
+@pytest.mark.parametrize("text, folded", [
+    ("c\u017fv", "csv"), ("b\u0131naryf\u0131le", "binaryfile"), ("\u0130ceberg", "iceberg"),
+    ("\u212aafka", "kafka"), ("JSON", "json"), ("stra\u00dfe", "stra\u00dfe"),
+])
+def test_names_fold_as_java_compares_them(text, folded):
+    assert planauth.java_fold(text) == folded
+
+
+@pytest.mark.parametrize("parts, role", [
+    (("c\u017fv", "/etc/passwd"), R.ADMIN), (("b\u0131naryf\u0131le", "etc"), R.ADMIN),  # look-alike sources
+    (("TEXT", "etc"), R.ADMIN), (("org.apache.spark.sql.parquet", "x"), R.ADMIN),
+    (("shop", "a.b"), R.READER),  # a dotted table name is a table name
+    (("shop", "t", "snapshots"), R.READER), (("shop", "t", "\u017fnapshots"), R.READER),
+    (("shop", "t", "branch_audit"), R.READER), (("shop", "t", "tag_v1"), R.READER),
+    (("\u017fpark_catalog", "shop", "t"), R.READER), (("tierlake_locking", "shop", "t"), R.ADMIN),
+    (("shop", "t", "other"), R.ADMIN), (("shop", "/etc/x"), R.ADMIN),
+])
+def test_relations_as_spark_resolves_them(parts, role):
+    assert planauth.requirement(select_from(*parts), "shop").role == role
+
+
+def test_a_data_source_is_asked_of_spark_when_it_can_be():
+    # The lookup decides (Spark's own: ResolveSQLOnFile calls it), not the known short names.
+    assert planauth.requirement(select_from("avro2", "x"), "shop", data_source=lambda n: n == "avro2").role == R.ADMIN
+    assert planauth.requirement(select_from("csv", "t"), "shop", data_source=lambda n: False).role == R.READER
+
+
+def call(name: str) -> planauth.Plan:
+    return plan(f"N\t0\t-1\tP\t{CAT}.plans.logical.Project", f"N\t1\t0\tE\t{CAT}.analysis.UnresolvedFunction",
+                f"Q\t1\t{name}")
+
+
+def test_functions():
+    builtins = frozenset({"abs", "reflect", "xpath_string"})
+    assert planauth.requirement(call("abs"), "shop", builtins).role == R.READER
+    assert planauth.requirement(call("REFLECT"), "shop", builtins).role == R.ADMIN
+    assert planauth.requirement(call("XPATH_STRING"), "shop", builtins).role is planauth.NOBODY
+    assert "XML functions" in planauth.requirement(call("xpath_string"), "shop", builtins).what
+    # Not a built-in (a persistent function of the current database): admin.
+    need = planauth.requirement(call("refl"), "shop", builtins)
+    assert need.role == R.ADMIN and "persistent functions need admin" in need.what
+
+
+@pytest.mark.parametrize("key, value, role", [
+    ("spark.sql.shuffle.partitions", "8", R.READER), ("spark.sql.shuffle.partitions", "1000000", R.ADMIN),
+    ("spark.sql.shuffle.partitions", "${env:HOME}", planauth.NOBODY), ("${x}", "1", planauth.NOBODY),
+    ("spark.sql.autobroadcastjointhreshold", "10MB", R.READER),
+    ("spark.sql.autobroadcastjointhreshold", "-1", R.READER),
+    ("spark.sql.autobroadcastjointhreshold", "4g", R.ADMIN), ("spark.sql.ansi.enabled", "yes", R.ADMIN),
+    ("spark.sql.session.timezone", "Europe/Paris", R.READER), ("spark.sql.session.timezone", "'+08:00'", R.READER),
+    ("spark.sql.legacy.timeparserpolicy", "corrected", R.READER), ("spark.sql.cbo.enabled", "true", R.READER),
+    ("spark.sql.\u017fhuffle.partitions", "8", R.ADMIN),  # a look-alike key is not the setting
+])
+def test_settings_by_key_and_value(key, value, role):
+    assert planauth.setting_requirement(key, value).role == role
+
+
+def test_readers_normal_work_nodes():
+    time_travel = plan(f"N\t0\t-1\tP\t{CAT}.plans.logical.Project", f"N\t1\t0\tP\t{CAT}.analysis.RelationTimeTravel",
+                       f"N\t2\t1\tP\t{CAT}.analysis.UnresolvedRelation", "Q\t2\tshop\tt")
+    assert planauth.requirement(time_travel, "shop").role == R.READER
+    cmd = "org.apache.spark.sql.execution.command"
+    local = plan(f"N\t0\t-1\tP\t{cmd}.CreateViewCommand", "S\t0\tview-type:LocalTempView",
+                 f"N\t1\t0\tP\t{CAT}.plans.logical.OneRowRelation")
+    assert planauth.requirement(local, "shop").role == R.READER
+    for kind in ("GlobalTempView", "PersistedView"):
+        other = plan(f"N\t0\t-1\tP\t{cmd}.CreateViewCommand", f"S\t0\tview-type:{kind}")
+        assert planauth.requirement(other, "shop").role == R.ADMIN
+    # A temporary view over files: its query is checked like any other.
+    over_files = plan(f"N\t0\t-1\tP\t{cmd}.CreateViewCommand", "S\t0\tview-type:LocalTempView",
+                      f"N\t1\t0\tP\t{CAT}.analysis.UnresolvedRelation", "Q\t1\tcsv\t/etc")
+    assert planauth.requirement(over_files, "shop").role == R.ADMIN
+    assert planauth.requirement(plan(f"N\t0\t-1\tP\t{cmd}.ShowCatalogsCommand"), "shop").role == R.READER
+    clear = planauth.requirement(plan(f"N\t0\t-1\tP\t{cmd}.ClearCacheCommand$"), "shop")
+    assert clear == planauth.Requirement(R.ADMIN, "CLEAR CACHE")
+
+
+def test_client_values_are_never_expanded():
+    for bad in ({"set:hiveconf:spark.sql.session.timeZone": "${env:HOME}"}, {"${system:x}": "1"},
+                {"set:hiveconf:spark.sql.shuffle.partitions": "100000"}):
+        with pytest.raises(PermissionDeniedError):
+            check_configuration(bad)
+    with pytest.raises(PermissionDeniedError, match="never expands"):
+        check_overlay({"spark.sql.session.timeZone": "${hiveconf:x}"})
+    check_overlay({"spark.sql.session.timeZone": "UTC"})

@@ -62,6 +62,15 @@ class FakeSpark:
         return self._parsed
 
 
+@pytest.fixture(autouse=True)
+def fake_parse(monkeypatch):
+    """The running session's parse (PlanWalker.parse in the JVM) answered by the fake's parser."""
+    from tierlake.server.gateway import fresh_ddl
+
+    monkeypatch.setattr(fresh_ddl, "spark_parse",
+                        lambda jsession, statement: jsession.sessionState().sqlParser().parsePlan(statement))
+
+
 def handler(spark: FakeSpark) -> CallHandler:
     return CallHandler(registry=None, context_factory=lambda user: SimpleNamespace(spark=spark))
 

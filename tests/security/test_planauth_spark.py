@@ -45,7 +45,7 @@ def need(authorizer, statement: str, database: str | None = None):
     ("USE shop", R.READER),
     ("SET spark.sql.shuffle.partitions=2", R.READER),
     ("SET", R.READER),
-    ("SET -v", R.READER),
+    ("SET -v", R.ADMIN),
     ("SET TIME ZONE 'UTC'", R.READER),
     ("RESET", R.READER),
     ("SELECT * FROM shop.orders.snapshots", R.READER),

@@ -48,13 +48,91 @@ public final class PlanWalker {
         return parts.isEmpty() ? null : parts;
     }
 
+    /**
+     * ``session``'s parse of ``text`` with ``session`` active on this thread. Spark's parser reads
+     * its settings (variable substitution among them) from the thread's active session; a py4j
+     * thread has none, so it would read the defaults and expand ${env:...} that the session itself,
+     * with substitution off, runs literally: the gateway would decide on other text than runs.
+     */
+    public static LogicalPlan parse(org.apache.spark.sql.SparkSession session, String text) throws Exception {
+        scala.Option<org.apache.spark.sql.SparkSession> before = org.apache.spark.sql.SparkSession.getActiveSession();
+        org.apache.spark.sql.SparkSession.setActiveSession(session);
+        try {
+            return session.sessionState().sqlParser().parsePlan(text);
+        } finally {
+            if (before.isDefined()) org.apache.spark.sql.SparkSession.setActiveSession(before.get());
+            else org.apache.spark.sql.SparkSession.clearActiveSession();
+        }
+    }
+
     /** Every function name ``session`` resolves unqualified, one a line. */
     public static String functionNames(org.apache.spark.sql.SparkSession session) {
         StringBuilder out = new StringBuilder();
         scala.collection.Iterator<org.apache.spark.sql.catalyst.FunctionIdentifier> it =
             session.sessionState().functionRegistry().listFunction().iterator();
-        while (it.hasNext()) out.append(it.next().funcName()).append('\n');
+        while (it.hasNext()) {
+            org.apache.spark.sql.catalyst.FunctionIdentifier f = it.next();
+            // A persistent function, once called, sits in the registry under its database; its bare
+            // name is not a built-in (unqualified, it resolves to the current database's function).
+            if (f.database().isDefined()) continue;
+            out.append(f.funcName()).append('\n');
+        }
         return out.toString();
+    }
+
+    /**
+     * Whether Spark would read ``name.`path``` as files through a data source of that name: Spark's
+     * own lookup (ResolveSQLOnFile calls it), so every spelling Spark accepts counts, e.g. a short
+     * name compared with equalsIgnoreCase ("c\u017fv" is csv).
+     */
+    public static boolean isDataSource(org.apache.spark.sql.SparkSession session, String name) {
+        try {
+            org.apache.spark.sql.execution.datasources.DataSource$.MODULE$.lookupDataSource(
+                name, session.sessionState().conf());
+            return true;
+        } catch (Throwable notFound) {
+            return false;
+        }
+    }
+
+    /**
+     * What Spark's ResolveIdentifierClause makes of ``IDENTIFIER('literal')``: the builder run on
+     * the parsed name, so the walk sees the relation or function Spark will resolve. A non-literal
+     * name is left as it is (the gateway then asks for admin).
+     */
+    @SuppressWarnings("unchecked")
+    private static Object withIdentifierResolved(Object o) {
+        try {
+            if (o instanceof org.apache.spark.sql.catalyst.analysis.PlanWithUnresolvedIdentifier) {
+                org.apache.spark.sql.catalyst.analysis.PlanWithUnresolvedIdentifier p =
+                    (org.apache.spark.sql.catalyst.analysis.PlanWithUnresolvedIdentifier) o;
+                scala.collection.Seq<String> name = literalName(p.identifierExpr());
+                return name == null ? o : p.planBuilder().apply(name, p.children());
+            }
+            if (o instanceof org.apache.spark.sql.catalyst.analysis.ExpressionWithUnresolvedIdentifier) {
+                org.apache.spark.sql.catalyst.analysis.ExpressionWithUnresolvedIdentifier e =
+                    (org.apache.spark.sql.catalyst.analysis.ExpressionWithUnresolvedIdentifier) o;
+                scala.collection.Seq<String> name = literalName(e.identifierExpr());
+                return name == null ? o : e.exprBuilder().apply(name);
+            }
+        } catch (RuntimeException unparsable) {
+            return o;  // Spark refuses such a name too
+        }
+        return o;
+    }
+
+    private static scala.collection.Seq<String> literalName(Expression expr) {
+        if (!(expr instanceof org.apache.spark.sql.catalyst.expressions.Literal)) return null;
+        Object value = ((org.apache.spark.sql.catalyst.expressions.Literal) expr).value();
+        if (!(value instanceof org.apache.spark.unsafe.types.UTF8String)) return null;
+        return org.apache.spark.sql.catalyst.parser.CatalystSqlParser$.MODULE$.parseMultipartIdentifier(value.toString());
+    }
+
+    /** A Scala object's class name ends in "$": its simple name is the part before. */
+    private static String objectName(Object o) {
+        String name = o.getClass().getName();
+        if (name.endsWith("$")) name = name.substring(0, name.length() - 1);
+        return simpleName(name);
     }
 
     // Expressions the gateway's rules look at; every other expression of
@@ -94,7 +172,7 @@ public final class PlanWalker {
         int visited = 0;
         while (!stack.isEmpty()) {
             Object[] top = stack.pop();
-            Object o = top[0];
+            Object o = withIdentifierResolved(top[0]);
             int owner = (Integer) top[1];
             boolean noted = (Boolean) top[2];
             List<Object> fields = null;
@@ -117,6 +195,12 @@ public final class PlanWalker {
                        .append('\t').append(className).append('\n');
                     fieldOwner = id;
                     fieldsNoted = STRING_OWNERS.contains(simple);
+                    if (o instanceof org.apache.spark.sql.execution.command.CreateViewCommand) {
+                        // Local temporary, global temporary or persisted: only the first is a reader's.
+                        out.append("S\t").append(id).append("\tview-type:")
+                           .append(objectName(((org.apache.spark.sql.execution.command.CreateViewCommand) o).viewType()))
+                           .append('\n');
+                    }
                 }
                 fields = new ArrayList<>();
                 scala.collection.Iterator<Object> it = ((scala.Product) o).productIterator();

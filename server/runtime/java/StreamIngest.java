@@ -233,7 +233,7 @@ public final class StreamIngest {
      * (unknown table or column, a bad cast) are thrown as Spark throws them.
      */
     public static Staged stage(SparkSession session, String statement) throws Exception {
-        return stageParsed(session, session.sessionState().sqlParser().parsePlan(statement));
+        return stageParsed(session, PlanWalker.parse(session, statement));  // literal ${...}, as the session runs it
     }
 
     /** {@link #stage} of a statement Spark already parsed (the gateway's authoriser did). */

@@ -1,0 +1,210 @@
+package io.tierlake.internal;
+
+import java.util.ArrayDeque;
+import java.util.Collections;
+import java.util.Map;
+import java.util.WeakHashMap;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.SparkSessionExtensions;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.SubqueryExpression;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import scala.Function1;
+import scala.runtime.AbstractFunction1;
+import scala.runtime.BoxedUnit;
+
+/**
+ * The second line of the gateway's authorisation, inside Spark: a check rule
+ * (a session extension, as Apache Kyuubi's AuthZ plugin installs its own)
+ * that sees every plan a client's session has analysed, with names resolved
+ * by Spark itself. The gateway decides first, on Spark's parse
+ * (server/gateway/planauth.py); this rule refuses what resolution can still
+ * turn into something else: files read through a data source, a JVM method
+ * called by reflection, a document fetched by an XPath function, a
+ * persistent function's code, a write by a role that may not write (or a
+ * write into ``sys``).
+ *
+ * Only sessions the gateway bound to a role are checked ({@link #bind}): the
+ * server's own sessions (tiering, maintenance, the sys reads) are not
+ * clients'. Views are checked through: a reader's query of a view over files
+ * is refused like the files.
+ */
+public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
+    public static final String ADMIN = "admin";
+    public static final String WRITER = "writer";
+    public static final String READER = "reader";
+
+    private static final Map<SparkSession, String> ROLES = Collections.synchronizedMap(new WeakHashMap<>());
+
+    // Users' roles as last bound: the Thrift Server's statement events name the user, not the session.
+    private static final Map<String, String> USER_ROLES = new java.util.concurrent.ConcurrentHashMap<>();
+
+    /** Check every plan ``session`` (``user``'s) analyses from now on as ``role`` (admin, writer or reader). */
+    public static void bind(SparkSession session, String role, String user) {
+        ROLES.put(session, role);
+        if (user != null) USER_ROLES.put(user, role);
+    }
+
+    /** The role ``user``'s sessions were last bound to (null: never bound, e.g. development mode). */
+    public static String roleOfUser(String user) {
+        return user == null ? null : USER_ROLES.get(user);
+    }
+
+    public static String roleOf(SparkSession session) {
+        return ROLES.get(session);
+    }
+
+    @Override
+    public BoxedUnit apply(SparkSessionExtensions extensions) {
+        extensions.injectCheckRule(new AbstractFunction1<SparkSession, Function1<LogicalPlan, BoxedUnit>>() {
+            @Override
+            public Function1<LogicalPlan, BoxedUnit> apply(SparkSession session) {
+                return new AbstractFunction1<LogicalPlan, BoxedUnit>() {
+                    @Override
+                    public BoxedUnit apply(LogicalPlan plan) {
+                        String role = ROLES.get(session);
+                        if (role != null) {
+                            String refused = refusal(plan, role);
+                            if (refused != null) throw new SecurityException(refused);
+                        }
+                        return BoxedUnit.UNIT;
+                    }
+                };
+            }
+        });
+        return BoxedUnit.UNIT;
+    }
+
+    private static String simple(Object o) {
+        String name = o.getClass().getName();
+        if (name.endsWith("$")) name = name.substring(0, name.length() - 1);
+        return name.substring(Math.max(name.lastIndexOf('.'), name.lastIndexOf('$')) + 1);
+    }
+
+    private static boolean isWrite(Object node) {
+        return node instanceof org.apache.spark.sql.catalyst.plans.logical.V2WriteCommand
+            || node instanceof org.apache.spark.sql.execution.command.DataWritingCommand
+            || node instanceof org.apache.spark.sql.execution.datasources.InsertIntoDataSourceCommand
+            || node instanceof org.apache.spark.sql.catalyst.plans.logical.RowLevelWrite
+            || node instanceof org.apache.spark.sql.catalyst.plans.logical.InsertIntoStatement
+            || node instanceof org.apache.spark.sql.catalyst.plans.logical.DeleteFromTable
+            || node instanceof org.apache.spark.sql.catalyst.plans.logical.UpdateTable
+            || node instanceof org.apache.spark.sql.catalyst.plans.logical.MergeIntoTable;
+    }
+
+    /** The namespace (database) of the first table a write node names, or null. */
+    private static String writeNamespace(LogicalPlan write) {
+        ArrayDeque<Object> stack = new ArrayDeque<>();
+        scala.collection.Iterator<Object> fields = write.productIterator();
+        while (fields.hasNext()) stack.add(fields.next());
+        while (!stack.isEmpty()) {
+            Object o = stack.poll();
+            if (o instanceof org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation) {
+                scala.Option<org.apache.spark.sql.connector.catalog.Identifier> id =
+                    ((org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation) o).identifier();
+                if (id.isDefined() && id.get().namespace().length > 0) {
+                    return id.get().namespace()[id.get().namespace().length - 1];
+                }
+            } else if (o instanceof org.apache.spark.sql.catalyst.catalog.CatalogTable) {
+                return ((org.apache.spark.sql.catalyst.catalog.CatalogTable) o).identifier().database().getOrElse(null);
+            } else if (o instanceof scala.Option && ((scala.Option<?>) o).isDefined()) {
+                stack.add(((scala.Option<?>) o).get());
+            } else if (o instanceof LogicalPlan) {
+                stack.add(o);
+                scala.collection.Iterator<Object> more = ((LogicalPlan) o).productIterator();
+                while (more.hasNext()) stack.add(more.next());
+                if (stack.size() > 10_000) return null;
+            }
+        }
+        return null;
+    }
+
+    private static String fileRead(LogicalPlan node) {
+        if (node instanceof org.apache.spark.sql.execution.datasources.LogicalRelation) {
+            org.apache.spark.sql.execution.datasources.LogicalRelation r =
+                (org.apache.spark.sql.execution.datasources.LogicalRelation) node;
+            if (r.catalogTable().isEmpty()) return "a read of files by path (" + simple(r.relation()) + ")";
+        }
+        if (node instanceof org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation) {
+            org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation r =
+                (org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation) node;
+            if (r.table() instanceof org.apache.spark.sql.execution.datasources.v2.FileTable
+                    || r.catalog().isEmpty() || r.identifier().isEmpty()
+                    || simple(r.identifier().get()).equals("PathIdentifier")) {
+                return "a read of files by path (" + r.table().name() + ")";
+            }
+        }
+        return null;
+    }
+
+    private static String function(Expression e, String role) {
+        String name = simple(e);
+        if (name.startsWith("XPath")) return "NOBODY:" + name + " (XML functions fetch what a document names)";
+        if (ADMIN.equals(role)) return null;
+        if (name.equals("CallMethodViaReflection") || name.equals("TryReflect")) {
+            return "a JVM method called by reflection";
+        }
+        switch (name) {
+            case "HiveGenericUDF": case "HiveSimpleUDF": case "HiveUDAFFunction": case "HiveGenericUDTF":
+            case "ScalaUDAF": case "ScalaAggregator":
+                return "a persistent function (" + e.prettyName() + ")";
+            default:
+                return null;
+        }
+    }
+
+    /**
+     * Why ``plan`` (analysed) may not run for ``role``, or null. Every node is
+     * visited, with the plans of subqueries and views; a refusal names what
+     * Spark resolved and the role it needs.
+     */
+    public static String refusal(LogicalPlan plan, String role) {
+        ArrayDeque<Object> stack = new ArrayDeque<>();
+        stack.push(plan);
+        int visited = 0;
+        while (!stack.isEmpty()) {
+            Object o = stack.pop();
+            if (++visited > 5_000_000) return "permission denied: the statement's plan is too large to check";
+            if (o instanceof LogicalPlan) {
+                LogicalPlan node = (LogicalPlan) o;
+                if (!ADMIN.equals(role)) {
+                    String read = fileRead(node);
+                    if (read != null) return denied(read, ADMIN);
+                    if (simple(node).equals("ScriptTransformation") || simple(node).endsWith("ScriptTransformationExec")) {
+                        return denied("a script transform", ADMIN);
+                    }
+                    if (isWrite(node)) {
+                        if (!WRITER.equals(role)) return denied("a write (" + simple(node) + ")", WRITER);
+                        String namespace = writeNamespace(node);
+                        if (namespace != null && namespace.equalsIgnoreCase("sys")) {
+                            return denied("a write into sys (use the sys procedures)", ADMIN);
+                        }
+                    }
+                }
+                scala.collection.Iterator<LogicalPlan> children = node.children().iterator();
+                while (children.hasNext()) stack.push(children.next());
+                scala.collection.Iterator<Expression> expressions = node.expressions().iterator();
+                while (expressions.hasNext()) stack.push(expressions.next());
+                // A view's plan, a CTE's definitions, a command's query: plans held outside children().
+                scala.collection.Iterator<? extends Object> inner = node.innerChildren().iterator();
+                while (inner.hasNext()) stack.push(inner.next());
+            } else if (o instanceof Expression) {
+                Expression e = (Expression) o;
+                String refused = function(e, role);
+                if (refused != null) {
+                    return refused.startsWith("NOBODY:")
+                        ? "permission denied: " + refused.substring(7) + " is not allowed (decided on Spark's resolved plan)"
+                        : denied(refused, ADMIN);
+                }
+                if (e instanceof SubqueryExpression) stack.push(((SubqueryExpression) e).plan());
+                scala.collection.Iterator<Expression> children = e.children().iterator();
+                while (children.hasNext()) stack.push(children.next());
+            }
+        }
+        return null;
+    }
+
+    private static String denied(String what, String role) {
+        return "permission denied: " + what + " needs the " + role + " role (decided on Spark's resolved plan)";
+    }
+}
