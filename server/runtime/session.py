@@ -155,6 +155,10 @@ def network_settings(user: Mapping[str, str], master: str = "local[*]") -> dict[
     if is_loopback(bind):
         return {}
     settings = {"spark.authenticate": "true", "spark.network.crypto.enabled": "true"}
+    if (user.get("spark.authenticate") or "").strip().lower() == "false":
+        # Spark refuses to start with crypto on and authentication off ("spark.authenticate must be
+        # enabled when enabling encryption"): the user's choice stands, so crypto stays off too.
+        del settings["spark.network.crypto.enabled"]
     if not any((user.get(key) or "").strip() for key in SECRET_SOURCES):
         settings["spark.authenticate.secret"] = secrets.token_hex(32)
     log.warning("the Spark driver's RPC and block-manager ports listen on %s (not loopback): "

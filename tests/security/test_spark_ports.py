@@ -81,7 +81,8 @@ def test_what_the_user_gives_wins_and_is_logged(home, caplog):
     settings = session.spark_settings(Config.load(home=home, conf=given), 12345)
     assert settings["spark.authenticate"] == "false"
     assert settings["spark.authenticate.secret"] == "cluster-secret"  # a standalone cluster's shared secret
-    assert settings["spark.network.crypto.enabled"] == "true"
+    # Spark does not start with crypto on and authentication off: the user's "false" takes crypto with it.
+    assert "spark.network.crypto.enabled" not in settings
     assert settings[session.REDACTION_KEY] == "(?i)url"
     assert "spark.authenticate=false as configured" in caplog.text
     assert f"{session.REDACTION_KEY} as configured" in caplog.text
@@ -276,7 +277,25 @@ def test_only_the_gateway_listens_beyond_loopback(tmp_path, reader_password_file
 
 
 @pytest.mark.integration
-def test_a_wider_driver_bind_runs_with_authentication_on(tmp_path, reader_password_file):
+def _rpc_reaches(spark, host: str, port: int) -> bool:
+    """Whether a process with no credentials gets an endpoint of the driver at ``host:port`` over
+    Spark's own RPC (the way the block manager's blocks were listed and downloaded): an RpcEnv in
+    this test's JVM, with no secret."""
+    jvm = spark.sparkContext._jvm
+    conf = (jvm.org.apache.spark.SparkConf(False).set("spark.rpc.lookupTimeout", "10s")
+            .set("spark.rpc.askTimeout", "10s").set("spark.network.timeout", "10s"))
+    manager = spark.sparkContext._jsc.sc().env().securityManager()  # this JVM's: no authentication, no secret
+    env = jvm.org.apache.spark.rpc.RpcEnv.create("no-credentials", "127.0.0.1", 0, conf, manager, True)
+    try:
+        env.setupEndpointRefByURI(f"spark://BlockManagerMaster@{host}:{port}")
+        return True
+    except Exception:  # noqa: BLE001 - refused: the driver asks for the application's secret
+        return False
+    finally:
+        env.shutdown()
+
+
+def test_a_wider_driver_bind_runs_with_authentication_on(tmp_path, reader_password_file, spark):
     port = free_port()
     proc = start_server_process(tmp_path / "home", port, [
         f"tierlake.gateway.password-file={reader_password_file}", "tierlake.tiering.workers=0",
@@ -286,6 +305,11 @@ def test_a_wider_driver_bind_runs_with_authentication_on(tmp_path, reader_passwo
         jvm = _jvm_pid(tree)
         wide = [s for s in listening_sockets(tree) if not _loopback(s[1])]
         assert len(wide) == 2 and {s[0] for s in wide} == {jvm}, wide  # the driver's RPC and block manager
+        # Raw RPC with no credentials: this test's own driver (loopback, no authentication) answers it,
+        # the widened server's does not.
+        own = spark.sparkContext.getConf()
+        assert _rpc_reaches(spark, own.get("spark.driver.host"), int(own.get("spark.driver.port")))
+        assert not any(_rpc_reaches(spark, "127.0.0.1", s[2]) for s in wide)
         with _login(port, "ann") as admin:
             cur = admin.cursor()
             settings = dict(_rows(cur, "SET"))
