@@ -53,7 +53,9 @@ CORPUS = [
     "ON r.database_name = s.database_name AND r.table_name = s.table_name",
     f"SELECT s.status, count(r.table_id) AS rounds FROM {S} s LEFT JOIN sys.tiering_rounds r "
     "ON r.database_name = s.database_name AND r.table_name = s.table_name GROUP BY s.status",
-    "SELECT * FROM sys.tiering_rounds ORDER BY started_at DESC LIMIT 50",
+    # A total order: under LIMIT, rows tied on started_at (the NULLs of disabled tables) would make
+    # the 50 kept depend on the order Spark happens to read the files in.
+    "SELECT * FROM sys.tiering_rounds ORDER BY started_at DESC, table_id, tiering_epoch, ended_at, outcome LIMIT 50",
     "SELECT outcome, count(*) AS n, avg(duration_ms) AS ms FROM sys.tiering_rounds GROUP BY outcome",
     "SELECT name, role FROM sys.procedures ORDER BY name",
     "SELECT role, count(*) FROM sys.procedures GROUP BY role ORDER BY role",
