@@ -17,7 +17,7 @@ from thrift.Thrift import TApplicationException, TMessageType
 from tests.security.conftest import PASSWORD
 from tests.security.test_thrift_hardening import Raw, call_unstubbed, execute_args, get_query_id, set_client_info
 from tests.server.gateway.test_gateway_unit import SUCCESS, FakeHiveServer, RawClient
-from tests.server.gateway.toy import ToyHandler
+from tests.server.gateway.toy import ToyHandler, serving
 from tierlake.server.gateway import server as gateway_server
 from tierlake.server.gateway.server import Gateway
 
@@ -199,38 +199,9 @@ class RecordingHiveServer(FakeHiveServer):
 
 @pytest.fixture
 def recording_gateway():
-    import socket
-    import threading
-
-    from TCLIService import TCLIService
-    from thrift.protocol.TBinaryProtocol import TBinaryProtocol
-
-    from tierlake.server.gateway.protocol import SocketTransport
-
     fake = RecordingHiveServer()
-    processor = TCLIService.Processor(fake)
-    listener = socket.create_server(("127.0.0.1", 0))
-
-    def serve_one(conn):
-        proto = TBinaryProtocol(SocketTransport(conn))
-        try:
-            while True:
-                processor.process(proto, proto)
-        except Exception:  # noqa: BLE001 - the client went away
-            conn.close()
-
-    def accept():
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=serve_one, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    with Gateway("127.0.0.1", 0, "127.0.0.1", listener.getsockname()[1], ToyHandler(), auth="NOSASL") as gw:
+    with serving(fake) as port, Gateway("127.0.0.1", 0, "127.0.0.1", port, ToyHandler(), auth="NOSASL") as gw:
         yield gw, fake
-    listener.close()
 
 
 def test_development_mode_refuses_foreign_handles_too(recording_gateway):

@@ -4,18 +4,12 @@ session its UDFs), against a fake HiveServer2, without a JVM."""
 from __future__ import annotations
 
 import logging
-import socket
-import threading
 
 import pytest
 from pyhive import hive
-from TCLIService import TCLIService
-from thrift.protocol.TBinaryProtocol import TBinaryProtocol
-from thrift.transport.TTransport import TTransportException
 
 from tests.server.gateway.test_gateway_unit import FakeHiveServer
-from tests.server.gateway.toy import ToyHandler
-from tierlake.server.gateway.protocol import SocketTransport
+from tests.server.gateway.toy import ToyHandler, serving
 from tierlake.server.gateway.server import Gateway
 
 
@@ -34,28 +28,8 @@ class RecordingBackend(FakeHiveServer):
 @pytest.fixture
 def backend():
     fake = RecordingBackend()
-    processor = TCLIService.Processor(fake)
-    listener = socket.create_server(("127.0.0.1", 0))
-
-    def serve(conn):
-        proto = TBinaryProtocol(SocketTransport(conn))
-        try:
-            while True:
-                processor.process(proto, proto)
-        except (EOFError, OSError, TTransportException):
-            conn.close()
-
-    def accept():
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    yield fake, listener.getsockname()[1]
-    listener.close()
+    with serving(fake) as port:
+        yield fake, port
 
 
 def test_hook_gets_the_backend_handle_before_the_client_can_use_the_session(backend):

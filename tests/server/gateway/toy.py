@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import re
+import socket
 import threading
 import time
 
@@ -77,3 +79,38 @@ class ToyHandler:
         if name == "BADTYPE":
             return LocalResult([("x", "geometry")], [("POINT(0 0)",)])
         raise UnknownProcedureError(f"procedure toy.{name.lower()} does not exist")
+
+
+@contextlib.contextmanager
+def serving(fake):
+    """``fake`` (a TCLIService.Iface) as a Thrift backend on a loopback port, one thread per
+    connection; yields the port."""
+    from TCLIService import TCLIService
+    from thrift.protocol.TBinaryProtocol import TBinaryProtocol
+
+    from tierlake.server.gateway.protocol import SocketTransport
+
+    processor = TCLIService.Processor(fake)
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve(conn):
+        proto = TBinaryProtocol(SocketTransport(conn))
+        try:
+            while True:
+                processor.process(proto, proto)
+        except Exception:  # noqa: BLE001 - any end of the client's stream ends this fake connection
+            conn.close()
+
+    def accept():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        listener.close()
