@@ -13,10 +13,9 @@ from __future__ import annotations
 import argparse
 import itertools
 
-from bench.common import row, sample, start_server
-from tierlake import sql
+from tierlake_client.sqltext import call_statement
 
-T_CALL = "templates/call.sql.j2"
+from bench.common import row, sample, start_server
 
 
 def main() -> None:
@@ -36,7 +35,7 @@ def main() -> None:
         return cur.fetchall() if cur.description and [d[0] for d in cur.description] != ["Result"] else None
 
     def call(procedure: str, **arguments):
-        return q(sql.render(T_CALL, procedure=procedure, arguments=arguments))
+        return q(call_statement(procedure, arguments))
 
     spark.sql("CREATE DATABASE IF NOT EXISTS bench")
     for i in range(args.tables):

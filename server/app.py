@@ -18,6 +18,7 @@ from tierlake.server.exceptions import ConfigError, PortInUseError
 from tierlake.server.gateway.handler import CallHandler
 from tierlake.server.gateway.ingest import IngestHandler
 from tierlake.server.ingest.writer import StreamWriter
+from tierlake.server.observability import metrics
 from tierlake.server.runtime import functions as sql_functions
 from tierlake.server.runtime import migrations
 from tierlake.server.runtime.config import Config
@@ -133,6 +134,7 @@ class Server:
         self.kv_maintenance: Any = None
         self.backlog_probe: Any = None
         self.housekeeper: Any = None
+        self.http: Any = None  # the status page and /metrics (server/observability), when on
         self.metastore_uri: str | None = None
         self._lock = HomeLock(config.home)
         self._stopped = threading.Event()
@@ -166,7 +168,7 @@ class Server:
             self.spark = build_spark(self.config, self.thrift_port)
             log.info("SQL functions: %s", ", ".join(sql_functions.functions.register_into(self.spark)) or "none")
             applied = migrations.migrate(self.spark)
-            views = migrations.create_views(self.spark)
+            views = migrations.create_views(self.spark, self.config)
             count = migrations.refresh_procedure_catalog(self.spark, self.registry)
             from tierlake.server.ingest import ledger
 
@@ -176,6 +178,7 @@ class Server:
                 migrations.schema_version(self.spark), applied or "none", ", ".join(views), count,
             )
             self.coordinator = Coordinator(self.spark, self.config)
+            metrics.TABLES.publish_states(self.coordinator.load()[1].values())  # later: after every commit
             self._recover_ctas()
             self.coordinator.start_ticker(self.config.duration("tierlake.coordinator.interval"))
             self.housekeeper = Housekeeper(self.spark, self.config)  # bounded sys state (DESIGN §12)
@@ -195,6 +198,7 @@ class Server:
                 port = start_metastore_service(self.spark, self.config, metastore_port)
                 self.metastore_uri = f"thrift://127.0.0.1:{port}"
             self._start_gateway()
+            self.http = self._start_http()
             from tierlake.server.tiering.worker import start_workers
 
             self.workers = start_workers(self, self.config.int("tierlake.tiering.workers"))
@@ -207,6 +211,27 @@ class Server:
             raise
         log.info("ready in %.1fs: %s", time.monotonic() - started, self.jdbc_url)
         return self
+
+    def _start_http(self) -> Any:
+        """The status page and /metrics on ``tierlake.http.port`` (docs/observability.md), or None when off."""
+        from tierlake.server.observability import sources
+        from tierlake.server.observability.http import ObservabilityHttp
+
+        port = self.config.int("tierlake.http.port")
+        host = self.config.text("tierlake.gateway.host")
+        if port is None:
+            if self.gateway.authorizer.enabled:
+                return None  # production mode: only where the operator asked for it
+            host, port = "127.0.0.1", 0  # development mode: on, but only for this machine
+        metrics.watch_sessions(lambda: self.gateway.session_count if self.gateway is not None else 0)
+        source = sources.server_source(self.spark, self.coordinator.rounds_table)
+        try:
+            return ObservabilityHttp(host, port, self.gateway.authorizer, source, self.gateway.ssl_context).start()
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE:
+                raise
+            raise PortInUseError(f"port {port} on {host} is in use: start the status page on another port with "
+                                 "--conf tierlake.http.port=N") from None
 
     def _recover_ctas(self) -> None:
         """Roll back CREATE TABLE … AS SELECT statements a previous run left unfinished."""
@@ -249,6 +274,7 @@ class Server:
         for step, action in (
             # First: no new work, and every statement already running answered (committed → success).
             ("gateway", lambda: self.gateway and self.gateway.drain(GATEWAY_DRAIN_S)),
+            ("status page", lambda: self.http and self.http.stop()),
             ("KV maintenance", lambda: self.kv_maintenance and self.kv_maintenance.stop()),
             ("tiering workers", self._stop_workers),
             ("fresh-view re-pins", fresh_view.stop_repins),

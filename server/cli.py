@@ -8,7 +8,8 @@ import signal
 import sys
 import threading
 
-from tierlake.server.clients.jdbc import parse_jdbc_url  # noqa: F401 - part of the CLI module's API
+from tierlake_client.jdbc import parse_jdbc_url  # noqa: F401 - part of the CLI module's API
+
 from tierlake.server.exceptions import TierlakeError
 
 
@@ -34,7 +35,8 @@ def _server(args: argparse.Namespace) -> int:
     stop = threading.Event()
     server = Server(config)
     try:
-        server.start()
+        with _progress(err, "tierlake: starting (Spark, metastore, sys schema)"):
+            server.start()
     except TierlakeError as e:
         print(f"tierlake: {e.message}", file=err)
         return 2
@@ -42,10 +44,40 @@ def _server(args: argparse.Namespace) -> int:
         print(f"tierlake: startup failed: {e}\n(details in {config.logs_dir})", file=err)
         return 1
     _on_stop_signals(stop)
-    print(f"tierlake ready: {server.jdbc_url}", file=out)
+    # The status page is on a free port in development mode: the ready line is where to find it.
+    status = f" (status page: {server.http.url})" if server.http is not None else ""
+    print(f"tierlake ready: {server.jdbc_url}{status}", file=out)
     stop.wait()
     server.stop()
     return 0
+
+
+class _progress:
+    """On a terminal, ``what… N s`` on one line while a long operation runs (cleared at its end)."""
+
+    def __init__(self, out, what: str):
+        self.out, self.what = out, what
+        self.done = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def _show(self) -> None:
+        import time
+
+        started = time.monotonic()
+        while not self.done.wait(1.0):
+            print(f"\r{self.what}… {time.monotonic() - started:.0f} s", end="", file=self.out, flush=True)
+
+    def __enter__(self) -> _progress:
+        if self.out.isatty():
+            self.thread = threading.Thread(target=self._show, name="tierlake-progress", daemon=True)
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        if self.thread is not None:
+            self.thread.join()
+            print("\r" + " " * (len(self.what) + 12) + "\r", end="", file=self.out, flush=True)
 
 
 def _on_stop_signals(stop: threading.Event) -> None:
@@ -78,13 +110,14 @@ def _tiering_service(args: argparse.Namespace) -> int:
     out = os.fdopen(redirect_console(config.logs_dir), "w", buffering=1)
     err = os.fdopen(saved_err, "w", buffering=1)
     stop = threading.Event()
-    from tierlake.server.clients.jdbc import resolve_password
+    from tierlake_client.jdbc import resolve_password
 
     password = resolve_password(args.password, config.text("tierlake.client.password-file"))
     service = TieringService(config, args.url, args.user, password,
                              ca_file=args.ca_file or config.text("tierlake.client.ssl.ca-file") or None)
     try:
-        service.start(args.workers)
+        with _progress(err, "tierlake: starting the tiering service"):
+            service.start(args.workers)
     except TierlakeError as e:
         print(f"tierlake: {e.message}", file=err)
         return 2
@@ -92,8 +125,9 @@ def _tiering_service(args: argparse.Namespace) -> int:
         print(f"tierlake: tiering service failed to start: {e}\n(details in {config.logs_dir})", file=err)
         return 1
     _on_stop_signals(stop)
-    print(f"tierlake tiering-service ready: jobs {', '.join(w.job_id for w in service.workers)} -> {args.url}",
-          file=out)
+    metrics = f" (metrics: {service.http.url}metrics)" if service.http is not None else ""
+    print(f"tierlake tiering-service ready: jobs {', '.join(w.job_id for w in service.workers)} -> {args.url}"
+          f"{metrics}", file=out)
     stop.wait()
     service.stop()
     return 0
@@ -136,8 +170,8 @@ def _passwd(args: argparse.Namespace) -> int:
 
 def _sql(args: argparse.Namespace) -> int:
     from pyhive import exc
+    from tierlake_client.jdbc import connect, resolve_password
 
-    from tierlake.server.clients.jdbc import connect, resolve_password
     from tierlake.server.clients.table_format import format_table
 
     try:

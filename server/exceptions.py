@@ -7,23 +7,9 @@ clients receive a normal SQL error (never a dropped connection).
 
 from __future__ import annotations
 
-
-class TierlakeError(Exception):
-    """Base class. ``sqlstate`` follows the SQL standard classes."""
-
-    sqlstate = "XX000"
-    error_code = 1000
-
-    def __init__(self, message: str):
-        super().__init__(message)
-        self.message = message
-
-
-class ConfigError(TierlakeError):
-    """Bad configuration (file, ``--conf``, environment)."""
-
-    sqlstate = "F0000"
-    error_code = 1001
+# The root and the configuration error are defined by the client
+# distribution, so client and server errors share one hierarchy.
+from tierlake_client.exceptions import ConfigError, TierlakeError
 
 
 class HomeInUseError(ConfigError):

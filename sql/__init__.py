@@ -13,59 +13,16 @@ from pathlib import Path
 
 import jinja2
 import sqlglot
-from sqlglot import exp
 from sqlglot.tokens import TokenType
 
-from tierlake.sql.values import SqlMap
+# Quoting is shared with the client distribution (one implementation).
+from tierlake_client.sqltext import quote_ident, quote_table, sql_literal, sql_name
+
+__all__ = ["quote_ident", "quote_table", "sql_literal", "sql_name", "render", "render_checked", "read",
+           "split_statements", "files"]
 
 SQL_DIR = Path(__file__).resolve().parent
 DIALECT = "spark"
-
-
-def quote_ident(name: str) -> str:
-    """A safely quoted Spark identifier (backticks, embedded ones doubled)."""
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"invalid identifier {name!r}")
-    return exp.to_identifier(name, quoted=True).sql(dialect=DIALECT)
-
-
-def quote_table(*parts: str) -> str:
-    """``db``, ``table`` → ```db`.`table```."""
-    return ".".join(quote_ident(p) for p in parts)
-
-
-def sql_literal(value) -> str:
-    """A Python value as a Spark SQL literal, quoted by sqlglot.
-
-    Only for statements that must travel as text (CALLs over JDBC, which has
-    no bind parameters); dicts become ``named_struct``, ``SqlMap`` ``map``.
-    """
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, str):
-        return exp.Literal.string(value).sql(dialect=DIALECT)
-    if isinstance(value, (list, tuple)):
-        return "array(" + ", ".join(sql_literal(v) for v in value) + ")"
-    if isinstance(value, SqlMap):
-        return "map(" + ", ".join(f"{sql_literal(k)}, {sql_literal(v)}" for k, v in value.items()) + ")"
-    if isinstance(value, dict):
-        return "named_struct(" + ", ".join(f"{sql_literal(str(k))}, {sql_literal(v)}" for k, v in value.items()) + ")"
-    raise TypeError(f"no SQL literal for {type(value).__name__}")
-
-
-def sql_name(name: str) -> str:
-    """A plain (unquoted) name such as a procedure or parameter name."""
-    import re
-
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-        raise ValueError(f"invalid name {name!r}")
-    return name
 
 
 @lru_cache(maxsize=1)

@@ -198,6 +198,7 @@ def service_ready(proc) -> list[str]:
     line = proc.stdout.readline()
     stderr = proc.stderr.read() if proc.poll() is not None else ""
     assert line.startswith("tierlake tiering-service ready:"), (line, stderr)
+    proc.ready_line = line.strip()
     return line.split("jobs ", 1)[1].split(" -> ")[0].split(", ")
 
 

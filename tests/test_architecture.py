@@ -184,6 +184,7 @@ COMPOSITION_ROOT = "tierlake.server.app"
 # modules directly under server/ (app, cli, config_docs) sit on top.
 SERVER_LAYERS: list[set[str]] = [
     {"exceptions"},
+    {"observability"},  # metrics are recorded from every layer; it imports nothing of the engine
     {"runtime"},
     {"sqlapi", "catalog"},
     {"clients", "changelog", "coordinator", "ingest"},

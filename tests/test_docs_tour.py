@@ -161,7 +161,8 @@ def start_server(tour: Tour, block: Block) -> subprocess.Popen:
     proc = subprocess.Popen(["bash", "-c", "exec " + start], cwd=tour.work, env=tour.env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline().strip()
-    if line != READY:
+    # Development mode adds the status page's free port: "… (status page: http://127.0.0.1:N/)".
+    if line != READY and not re.fullmatch(re.escape(READY) + r" \(status page: http://127\.0\.0\.1:\d+/\)", line):
         proc.kill()
         pytest.fail(f"{block}: the server printed {line!r}, not {READY!r}:\n{proc.stderr.read()[-3000:]}")
     return proc

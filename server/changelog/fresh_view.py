@@ -13,7 +13,13 @@ pin is as exact as the newest, only reading more of the stream, so the
 round reports its table finished without waiting for it. Re-pins of one
 table are serialised (:func:`_pin_lock`) and each reads the lake as it is
 when it runs, so a later re-pin never pins further back than an earlier
-one, and pending re-pins of a table coalesce into one. Spark
+one, and pending re-pins of a table coalesce into one. Across processes (a
+tiering service and the server re-pin the same views) the pin is a
+compare-and-set on the view's metastore entry (:func:`_create_view`,
+:func:`sync_metastore_text`): no pin older than the one in force is ever
+written, so maintenance that re-pinned and then removed what older pins read
+(lake and stream snapshot expiry, log retention) cannot be undone by a late
+re-pin. Spark
 resolves the view by its metastore text, which one metastore update replaces
 (:func:`sync_metastore_text`), so a query resolves either the old pair or the
 new one; each pair alone counts every committed change
@@ -28,7 +34,10 @@ snapshot expiry re-pins the view first (server/tiering/table_maintenance.py).
 Where there is no such ``P`` (nothing tiered yet, the snapshot expired) or the
 session lacks the catalog, the view scans every stream file and keeps those
 committed after the position (the same rows, at a cost that follows the
-stream's live files).
+stream's live files). Where the snapshots after ``P`` are expired after the
+view was pinned (a user's ``expire_snapshots``; a table in ``Failed`` is not
+re-pinned by rounds), the catalog itself falls back to that full scan and
+names it in the plan.
 
 The stream table names its view in the internal property
 ``tierlake.fresh-view``, so a round (in the server or a tiering service) finds
@@ -38,8 +47,12 @@ it without the server's settings.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
+import uuid
+import zlib
+from dataclasses import dataclass, field
 from typing import Any
 
 from tierlake import sql
@@ -51,6 +64,7 @@ from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.catalog.tiered_tables import suffixed_path
 from tierlake.server.changelog.planner import lake_position
 from tierlake.server.changelog.round_tables import RoundTables
+from tierlake.server.exceptions import ConcurrentUpdateError
 from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.javaext import INCREMENTAL_CATALOG_NAME
 from tierlake.server.runtime.jvm import jclass, string_map
@@ -62,6 +76,60 @@ T_FRESH_VIEW = "templates/fresh_view.sql.j2"
 T_CREATE_DATABASE = "templates/create_database.sql.j2"
 T_DROP_VIEW = "templates/drop_view.sql.j2"
 COMMENT = "tierlake fresh view of {stream}: {lake} at snapshot {snapshot} + stream changes after position {position}"
+# The metastore parameter that holds the pin of the view's text plus a nonce: each re-pin's
+# metastore update expects the value it read before it read the lake (a compare-and-set).
+# Not a dotted name: it is a metastore parameter, not a tierlake setting or table property.
+PIN_PARAMETER = "tierlake_fresh_pin"
+_PIN_TEXT = re.compile(r"/\* tierlake-pin (\d+):(\d+):(-?\d+)(?::([0-9a-f]+))? \*/")
+REPIN_ATTEMPTS = 5
+
+
+@dataclass(frozen=True, order=True)
+class Pin:
+    """What a view's text pins, ordered as the lake moves: the lake snapshot's sequence number,
+    then the stream position it covers (a compaction's ``replace`` keeps the position)."""
+
+    lake_sequence: int
+    position: int
+    lake_snapshot: int = field(compare=False)  # -1: the lake had no snapshot
+    # The stream schema the text names columns of (:func:`schema_key`; "": not recorded).
+    stream_schema: str = field(compare=False, default="")
+
+    def text(self) -> str:
+        key = f":{self.stream_schema}" if self.stream_schema else ""
+        return f"{self.lake_sequence}:{self.position}:{self.lake_snapshot}{key}"
+
+
+def pin_of(text: str | None) -> Pin | None:
+    """The pin written into a view's text (``/* tierlake-pin … */``, fresh_view.sql.j2); None: none."""
+    found = _PIN_TEXT.search(text or "")
+    return None if found is None else Pin(int(found.group(1)), int(found.group(2)), int(found.group(3)),
+                                          found.group(4) or "")
+
+
+def schema_key(stream_table: Any) -> str:
+    """The stream's schema (names, ids, types) as a short key: a view whose text names other stream
+    columns than the stream has now (a RENAME COLUMN on an idle table) is re-pinned by the server's
+    periodic check (:func:`repin_if_schema_changed`). Not the schema id: Iceberg reuses ids."""
+    return format(zlib.crc32(str(stream_table.schema().asStruct().toString()).encode()), "08x")
+
+
+def repin_if_schema_changed(spark: Any, stream: TablePath, lake: TablePath) -> bool:
+    """Re-pin the stream's fresh view if its text was made for another stream schema; whether it did.
+
+    The view names the stream's columns, so after a RENAME COLUMN it fails until it is re-pinned; a
+    round re-pins it (an idle table's too), but a table in ``Failed`` has no rounds, and an idle one
+    only within its freshness interval. The server's KV maintenance calls this for every registered
+    table (server/kv/maintenance.py): one metastore read when nothing changed."""
+    view = view_of(spark, stream)
+    pin = None if view is None else current_pin(spark, view)
+    if pin is None or not pin.stream_schema:
+        return False
+    if pin.stream_schema == schema_key(iceberg_table(spark, stream.quoted)):
+        return False
+    refresh(spark, stream, lake)
+    log.info("fresh view %s re-pinned: the stream's columns changed", view)
+    return True
 
 
 def fresh_path(config: Config | None, stream: TablePath) -> TablePath:
@@ -111,7 +179,14 @@ def render(spark: Any, stream: TablePath, lake: TablePath, view: TablePath, incr
 def pinned(spark: Any, stream: TablePath, lake: TablePath, view: TablePath, incremental: bool = True,
            tables: Any = None) -> tuple[str, int]:
     """The ``CREATE OR REPLACE VIEW`` statement pinned to the lake's current snapshot, and the
-    stream position it reads after.
+    stream position it reads after (see :func:`_statement`)."""
+    statement, pin = _statement(spark, stream, lake, view, incremental, tables)
+    return statement, pin.position
+
+
+def _statement(spark: Any, stream: TablePath, lake: TablePath, view: TablePath, incremental: bool = True,
+               tables: Any = None) -> tuple[str, Pin]:
+    """The ``CREATE OR REPLACE VIEW`` statement pinned to the lake's current snapshot, and its pin.
 
     ``incremental``: read the stream after the snapshot at the position when
     there is one (else, or with False, scan every stream file).
@@ -152,18 +227,24 @@ def pinned(spark: Any, stream: TablePath, lake: TablePath, view: TablePath, incr
         lake_keys.append(key if at is None else columns[at].name)
         out_keys.append(key if at is None else out_names[at])
     comment = COMMENT.format(stream=stream, lake=lake, snapshot=snapshot_id, position=position)
+    if start is None:
+        comment += " (full scan of the stream: no snapshot to read incrementally after)"
+    pin = Pin(0 if snapshot is None else int(snapshot.sequenceNumber()), position,
+              -1 if snapshot_id is None else snapshot_id, schema_key(stream_table))
     after = None if start is None else [INCREMENTAL_CATALOG_NAME, stream.database, stream.table, f"after_{start}"]
-    entries = [stream.database, stream.table, "entries" if after is None else "all_entries"]
+    entries = [stream.database, stream.table, "entries"] if after is None else \
+        [INCREMENTAL_CATALOG_NAME, stream.database, stream.table, f"entries_after_{start}_at_{position}"]
     return (sql.render_checked(
         T_FRESH_VIEW, view=[view.database, view.table], lake=[lake.database, lake.table],
         stream=[stream.database, stream.table], stream_after=after, entries=entries,
         columns=columns, stream_columns=stream_columns, out_names=out_names, lake_absent=lake_absent,
         lake_keys=lake_keys,
         out_keys=out_keys, keys=spec.primary_key, sequence_by=spec.sequence_by,
-        change_type=CHANGE_TYPE, lake_snapshot=snapshot_id, position=position, comment=comment), position)
+        change_type=CHANGE_TYPE, lake_snapshot=snapshot_id, position=position, comment=comment,
+        pin=pin.text()), pin)
 
 
-def sync_metastore_text(spark: Any, view: TablePath) -> None:
+def sync_metastore_text(spark: Any, view: TablePath, expected: Any = True) -> Pin | None | bool:
     """Write the view's current SQL into its Hive metastore entry.
 
     ``CREATE OR REPLACE VIEW`` in ``spark_catalog`` makes an Iceberg view
@@ -172,7 +253,18 @@ def sync_metastore_text(spark: Any, view: TablePath) -> None:
     create the view; a replace commits new Iceberg metadata and leaves the
     old text. Spark 3.5 resolves a session-catalog view by that text, so
     without this every query would keep reading the view's first version.
-    One metastore update: a query resolves the old text or the new one."""
+    One metastore update: a query resolves the old text or the new one.
+
+    The text a query resolves is what the view pins, so this update is where
+    pins are kept monotonic across processes (a tiering service and the server
+    re-pin the same view): it writes :data:`PIN_PARAMETER` with the text and,
+    given ``expected`` (the parameter's value the caller read before it read
+    the lake; None: the entry had none), lands only if the parameter still has
+    that value (the embedded metastore's compare-and-set,
+    server/runtime/java/CasAlterHandler.java), and never writes a text whose
+    pin is older than the entry's. Returns the pin now in force, False when it
+    did not write (the caller reads the lake again and re-pins);
+    ``expected=True``: no compare-and-set (the view's first version)."""
     jvm = spark.sparkContext._jvm
     gateway = spark.sparkContext._gateway
     namespace = gateway.new_array(jclass("java.lang.String", jvm), 1)
@@ -180,24 +272,70 @@ def sync_metastore_text(spark: Any, view: TablePath) -> None:
     catalog = spark._jsparkSession.sessionState().catalogManager().catalog("spark_catalog")
     identifier = jclass("org.apache.spark.sql.connector.catalog.Identifier", jvm).of(namespace, view.table)
 
-    def update(client: Any) -> None:
+    def update(client: Any) -> Pin | None | bool:
         for attempt in range(3):
-            text = catalog.loadView(identifier).query()
             table = client.getTable(view.database, view.table)
+            text = catalog.loadView(identifier).query()
+            params = table.getParameters()
+            value = None if params is None else params.get(PIN_PARAMETER)
+            if expected is not True and value != expected:
+                return False  # another re-pin landed since the caller read the pin
+            now, new = pin_of(table.getViewOriginalText()), pin_of(text)
+            if now is not None and (new is None or new < now):
+                return False  # Iceberg's current version is older than the text in force: never back
             if table.getViewExpandedText() == text and table.getViewOriginalText() == text:
-                return
+                return new
             table.setViewOriginalText(text)
             table.setViewExpandedText(text)
+            if new is not None:
+                table.putToParameters(PIN_PARAMETER, f"{new.text()}:{uuid.uuid4().hex[:12]}")
             try:
-                client.alter_table(view.database, view.table, table)
-                return
+                if value is None:
+                    client.alter_table(view.database, view.table, table)
+                else:
+                    context = jclass("org.apache.hadoop.hive.metastore.api.EnvironmentContext", jvm)()
+                    context.putToProperties("expected_parameter_key", PIN_PARAMETER)
+                    context.putToProperties("expected_parameter_value", value)
+                    client.alter_table_with_environmentContext(view.database, view.table, table, context)
+                return new
             except Exception as e:
+                if "has been modified" in str(e):
+                    return False  # the compare-and-set lost: another re-pin landed in between
                 # The embedded metastore refuses an alter made from a copy that another replace
                 # of the view overtook (CasAlterHandler.java): read the view and its text again.
                 if "stale copy" not in str(e) or attempt == 2:
                     raise
+        return False
 
-    _with_metastore(spark, update)
+    return _with_metastore(spark, update)
+
+
+def _pin_state(spark: Any, view: TablePath) -> tuple[bool, str | None, Pin | None]:
+    """The view's metastore entry as a re-pin starts: (it exists, its pin parameter, the pin of its text)."""
+    def read(client: Any) -> tuple[bool, str | None, Pin | None]:
+        try:
+            table = client.getTable(view.database, view.table)
+        except Exception as e:
+            if "NoSuchObject" in type(e).__name__ or "NoSuchObject" in str(e):
+                return False, None, None
+            raise
+        params = table.getParameters()
+        return True, None if params is None else params.get(PIN_PARAMETER), pin_of(table.getViewOriginalText())
+
+    return _with_metastore(spark, read)
+
+
+def current_pin(spark: Any, view: TablePath) -> Pin | None:
+    """What the view's text in force pins (None: no view, or one made before pins were written)."""
+    return _pin_state(spark, view)[2]
+
+
+def pinned_lake_snapshot(spark: Any, stream: TablePath) -> int | None:
+    """The lake snapshot the stream's fresh view reads now (None: no view, or its pin is unknown):
+    lake snapshot expiry keeps it (server/tiering/table_maintenance.py)."""
+    view = view_of(spark, stream)
+    pin = None if view is None else current_pin(spark, view)
+    return None if pin is None or pin.lake_snapshot < 0 else pin.lake_snapshot
 
 
 _metastore_lock = threading.Lock()
@@ -275,30 +413,58 @@ def schema_changed(tables: Any) -> bool:
 
 def _create_view(spark: Any, stream: TablePath, lake: TablePath, view: TablePath, tables: Any = None) -> int:
     """(Re-)create ``view``: incremental when the session can; the full scan if that fails
-    (the view's rows are the same either way, only its cost differs). Returns the position it
-    reads the stream after.
+    (the view's rows are the same either way, only its cost differs). Returns the position
+    the view in force reads the stream after.
+
+    Never moves the view back, whichever process re-pins it: the pin in force
+    is read before the lake, a pin older than it is not written, and the
+    metastore update is a compare-and-set on it (:func:`sync_metastore_text`);
+    when another re-pin landed in between, the lake is read again. So a
+    re-pin computed from an older lake read cannot land after a maintenance
+    action that re-pinned and then removed what the older pin reads.
 
     The view's text and the schemas recorded for it come from the same loaded tables."""
     if tables is None:
         tables = RoundTables(spark, stream, lake)
-    statement = None
-    if has_incremental_catalog(spark):
-        try:
-            statement, position = pinned(spark, stream, lake, view, tables=tables)
+    for attempt in range(REPIN_ATTEMPTS):
+        if attempt:
+            tables.fresh_lake()
+            tables.fresh_stream()
+        exists, expected, before = _pin_state(spark, view)
+        statement = None
+        pin = None
+        if has_incremental_catalog(spark):
+            try:
+                statement, pin = _statement(spark, stream, lake, view, tables=tables)
+                if before is not None and pin < before:
+                    return _kept(view, before, pin)
+                spark.sql(statement)
+            except Exception:  # retried with the full scan below
+                log.warning("could not create %s with an incremental read of %s; scanning it in full", view, stream,
+                            exc_info=True)
+                statement = None
+        if statement is None:
+            statement, pin = _statement(spark, stream, lake, view, incremental=False, tables=tables)
+            if before is not None and pin < before:
+                return _kept(view, before, pin)
             spark.sql(statement)
-        except Exception:  # retried with the full scan below
-            log.warning("could not create %s with an incremental read of %s; scanning it in full", view, stream,
-                        exc_info=True)
-            statement = None
-    if statement is None:
-        statement, position = pinned(spark, stream, lake, view, incremental=False, tables=tables)
-        spark.sql(statement)
-    sync_metastore_text(spark, view)
-    try:
-        _PINNED_SCHEMAS[str(view).lower()] = _schemas_of(tables.stream_table, tables.lake_table)
-    except Exception:  # noqa: BLE001 - only an idle round's re-pin check reads it
-        pass
-    return position
+        written = sync_metastore_text(spark, view, expected if exists else True)
+        if written is False:
+            log.info("%s was re-pinned by another process meanwhile; reading %s again", view, lake)
+            continue
+        try:
+            _PINNED_SCHEMAS[str(view).lower()] = _schemas_of(tables.stream_table, tables.lake_table)
+        except Exception:  # noqa: BLE001 - only an idle round's re-pin check reads it
+            pass
+        return pin.position if written is None else written.position
+    raise ConcurrentUpdateError(f"the fresh view {view} was re-pinned by others {REPIN_ATTEMPTS} times "
+                                "while this re-pin ran; its pin in force stays")
+
+
+def _kept(view: TablePath, before: Pin, pin: Pin) -> int:
+    log.info("%s keeps its pin %s: this re-pin read the lake before it (%s); pins only move forward",
+             view, before.text(), pin.text())
+    return before.position
 
 
 def create(spark: Any, config: Config | None, stream: TablePath, lake: TablePath) -> TablePath:

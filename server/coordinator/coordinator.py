@@ -30,6 +30,7 @@ from tierlake.server.coordinator import state_machine as sm
 from tierlake.server.coordinator.history import HistoryWriter
 from tierlake.server.coordinator.maintenance_schedule import MaintenanceSchedule
 from tierlake.server.coordinator.state_machine import Policy, Status, TableState
+from tierlake.server.observability import metrics
 from tierlake.server.runtime import periodic
 from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.state_table import SmallTable
@@ -173,8 +174,11 @@ class Coordinator:
         return self._legacy_next_id
 
     def _apply(self, batch: list[_Ticket]) -> None:
+        final: list[dict[int, TableState]] = []  # the states of the attempt that committed (the last)
+
         def on_rows(rows, properties):
             states = self._states(rows)
+            final[:] = [states]
             counter = self._next_id = self._counter(properties)
             now = self.clock()
             changed_any = False
@@ -208,6 +212,8 @@ class Coordinator:
                 ticket.settle(error=e)
                 ticket.done = True
             return
+        if final:
+            metrics.TABLES.publish_states(final[0].values())  # /metrics and the status page read this copy
         rounds = [r for ticket in batch if ticket.error is None for r in ticket.rounds]
         for ticket in batch:
             ticket.done = True
@@ -254,7 +260,8 @@ class Coordinator:
             self._persist_liveness(states, out.changed)
             return out, bool(out.changed), out.rounds
 
-        out = self.mutate(change)
+        with metrics.HEARTBEAT_DURATION.time():
+            out = self.mutate(change)
         self._touch_job(job_id, out)
         return out.answers
 
@@ -307,7 +314,8 @@ class Coordinator:
         def tick() -> None:
             changed = self.tick()
             if changed:
-                log.info("scheduler moved tables %s", sorted(changed))
+                # Every round starts with one of these: at INFO it doubled the one line a round logs.
+                log.debug("scheduler moved tables %s", sorted(changed))
 
         self._ticker = periodic.every(interval.total_seconds(), self._stop, tick, "tierlake-scheduler", log,
                                       "scheduler tick")

@@ -20,6 +20,7 @@ from tierlake.server.gateway.fresh_ddl import (
 from tierlake.server.gateway.protocol import LocalResult, SessionInfo
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.sqlapi.registry import Registry
+from tierlake.server.sqlapi.roles import TIERING
 
 log = logging.getLogger("tierlake.calls")
 
@@ -218,5 +219,9 @@ class CallHandler:
         except TierlakeError as e:
             log.info("CALL failed (%s) in %.3fs: %s", type(e).__name__, time.monotonic() - started, e.message)
             raise
-        log.info("CALL sys.%s by %s: %d row(s) in %.3fs", proc.name, user, len(rows), time.monotonic() - started)
+        # Reads, and the tiering protocol's calls (a heartbeat per second per job), are what every client
+        # does all the time: at INFO they were most of the log. Calls that change something stay at INFO.
+        routine = proc.read_only or proc.role == TIERING
+        log.log(logging.DEBUG if routine else logging.INFO, "CALL sys.%s by %s: %d row(s) in %.3fs", proc.name, user,
+                len(rows), time.monotonic() - started)
         return LocalResult(columns=list(proc.returns), rows=rows)

@@ -19,6 +19,7 @@ from typing import Any
 
 from tierlake.server.gateway import planauth
 from tierlake.server.gateway.protocol import LocalResult, SessionInfo
+from tierlake.server.observability import metrics
 
 log = logging.getLogger("tierlake.ingest")
 
@@ -67,6 +68,7 @@ class IngestHandler:
         if staged is None:
             return self.inner.execute(statement, session)
         self.writer.write(staged)
+        metrics.ingest_acknowledged(".".join(staged.table.split(".")[-2:]))  # the commit landed
         return LocalResult(columns=[("Result", "string")], rows=[])
 
     # -- deciding ---------------------------------------------------------------

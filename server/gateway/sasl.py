@@ -17,6 +17,8 @@ from typing import NoReturn
 
 from thrift.transport.TTransport import TTransportBase, TTransportException
 
+from tierlake.server.observability import metrics
+
 log = logging.getLogger("tierlake.gateway")
 
 START = 1
@@ -203,6 +205,7 @@ class SaslServerTransport(BufferedSocketTransport):
             log.exception("authenticator raised for user %r", user)
             accepted = False
         if not accepted:
+            metrics.auth_failure("thrift")
             log.warning("authentication failed for user %r", user)
             self._fail(BAD, "Error validating the login")
         refusal = self._admit(user) if self._admit is not None else None

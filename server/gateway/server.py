@@ -63,6 +63,7 @@ from tierlake.server.gateway.results import build_row_set, empty_log_row_set, pa
 from tierlake.server.gateway.sasl import Authenticator, NotSaslClient, SaslError, SaslServerTransport
 from tierlake.server.gateway.security import Admission, TlsError, refuse_nosasl, start_tls
 from tierlake.server.gateway.upstream import UpstreamError, connect_upstream
+from tierlake.server.observability import metrics
 from tierlake.server.runtime import settings
 from tierlake.server.runtime.operations import OperationControl, running
 from tierlake.server.sqlapi import roles as R
@@ -459,6 +460,9 @@ class _Connection:
             if msg.name == "ExecuteStatement":
                 request = decode_body(msg, TCLIService.ExecuteStatement_args).req
                 response = decode_body(reply, TCLIService.ExecuteStatement_result).success
+                # Its outcome as the reply says (an asynchronous statement's later failure is Spark's to count).
+                metrics.statement("relayed", "error" if response is None or response.status.statusCode
+                                  == ttypes.TStatusCode.ERROR_STATUS else "ok")
                 if response is not None and response.operationHandle is not None:
                     self.relayed[response.operationHandle.operationId.guid] = request.sessionHandle.sessionId.guid
             elif self.relayed and msg.name in ("GetOperationStatus", "CloseOperation", "CancelOperation"):
@@ -618,6 +622,7 @@ class _Connection:
                     check_overlay(request.confOverlay or {})
                 authorizer.check(session.user, statement, session)
             except TierlakeError as exc:
+                metrics.statement("unrouted", "denied")
                 return self._error_reply(msg, exc.message, exc.sqlstate, exc.error_code)
             except Exception as exc:
                 log.exception("authorizer failed for %r", statement[:200])
@@ -641,6 +646,7 @@ class _Connection:
                 if runs_ddl is not None and runs_ddl(statement):
                     authorizer.check_role(session.user, R.ADMIN, "this DDL of a tiered table")
             except TierlakeError as exc:
+                metrics.statement("local", "denied")
                 return self._error_reply(msg, exc.message, exc.sqlstate, exc.error_code)
         return self._reply(msg, self._run_local(statement, session, bool(request.runAsync)))
 
@@ -684,6 +690,7 @@ class _Connection:
             op.failure = error_status(f"Internal error: {_describe(exc)}")
         finally:
             op.completed_ms = _now_ms()
+            metrics.statement("local", "ok" if op.failure is None else "error")
             op.done.set()
 
     def _not_finished(self, msg: RawMessage, op: _LocalOperation) -> bytes | None:
@@ -875,6 +882,13 @@ class Gateway:
     def connection_count(self) -> int:
         with self._lock:
             return len(self._connections)
+
+    @property
+    def session_count(self) -> int:
+        """Client sessions open on this gateway (``tierlake_gateway_sessions``)."""
+        with self._lock:
+            connections = list(self._connections)
+        return sum(len(c.sessions) for c in connections)
 
     @property
     def unauthenticated_count(self) -> int:

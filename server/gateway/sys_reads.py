@@ -374,6 +374,9 @@ class SysReads:
                     # judge with what is known, unknown names count as tables).
                     ok = classify(plan, builtins, lambda n: views.get(n, True)).kind == "sys-read"
                     views[path.stem] = ok
+        for path in sql.files("views", ".sql.j2"):
+            # Rendered views (sys.lake_tiering_health) are always Spark's: unparsed here, and it reads the clock.
+            views[path.name.removesuffix(".sql.j2")] = False
         self._views = views
         log.info("sys views answered from the gateway's cache: %s; always by Spark: %s",
                  ", ".join(sorted(n for n, ok in views.items() if ok)) or "none",

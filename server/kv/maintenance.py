@@ -4,7 +4,9 @@ Every ``tierlake.kv.maintenance-interval`` the server looks at each
 registered table: a primary-key table whose newest KV snapshot (or, before
 its first, its registration) is older than ``kv.snapshot.interval`` gets a
 new snapshot; retention keeps ``kv.snapshot.num-retained`` plus leased ones;
-a table with ``table.log.ttl`` has its log truncated; a KV table whose
+a table with ``table.log.ttl`` has its log truncated; a fresh view made for
+another stream schema (a column renamed on an idle or Failed table) is
+re-pinned; a KV table whose
 stream table was dropped is dropped too. One table's failure is
 logged and does not stop the others.
 """
@@ -19,6 +21,7 @@ from typing import Any
 from tierlake.server.catalog import properties as P
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.changelog import fresh_view
 from tierlake.server.kv import catalog as kv
 from tierlake.server.kv import log_retention as logretention
 from tierlake.server.kv.retention import expire, num_retained
@@ -35,6 +38,14 @@ def maintain(spark: Any, config: Any, stream: TablePath, registered_at: datetime
     """What one table needs now; returns what was done (for logs and tests)."""
     done = []
     props = kv.properties(spark, stream)
+    lake = props.get(P.LAKE_TABLE_PROPERTY)
+    if lake:
+        # A stream column renamed on an idle or Failed table: its fresh view names the old column.
+        try:
+            if fresh_view.repin_if_schema_changed(spark, stream, TablePath(*lake.split(".", 1))):
+                done.append("fresh view re-pinned")
+        except Exception:
+            log.warning("could not check the fresh view of %s", stream, exc_info=True)
     if TieredSpec.from_properties(props).is_primary_key:
         interval = snapshot_interval(props, config)
         catalog = kv.KvCatalog(spark)

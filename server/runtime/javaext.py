@@ -68,7 +68,7 @@ SMALL_TABLES = "io.tierlake.internal.SmallTables"
 LAKE_FILES = "io.tierlake.internal.LakeFiles"
 STREAM_INGEST = "io.tierlake.internal.StreamIngest"
 # Compiled against the Iceberg runtime jar (left out when it is missing).
-ICEBERG_SOURCES = {"SmallTables.java", "LakeFiles.java", "StreamIngest.java"}
+ICEBERG_SOURCES = {"SmallTables.java", "LakeFiles.java", "StreamIngest.java", "FreshEntries.java"}
 LOCAL_FILE_SYSTEM = "io.tierlake.internal.LocalFileSystem"
 INCREMENTAL_CATALOG = "io.tierlake.internal.IncrementalCatalog"
 CAS_ALTER_HANDLER = "io.tierlake.internal.CasAlterHandler"

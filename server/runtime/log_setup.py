@@ -28,7 +28,7 @@ appender.file.policies.size.type = SizeBasedTriggeringPolicy
 appender.file.policies.size.size = 50MB
 appender.file.strategy.type = DefaultRolloverStrategy
 appender.file.strategy.max = 5
-rootLogger.level = info
+rootLogger.level = {level}
 rootLogger.appenderRef.file.ref = file
 logger.jetty.name = org.sparkproject.jetty
 logger.jetty.level = warn
@@ -43,12 +43,14 @@ logger.thriftcli.level = warn
 """
 
 
-def log4j2_config(log_dir: Path) -> Path:
-    """Write the JVM's log4j2 configuration and return its path."""
+def log4j2_config(log_dir: Path, level: str = "WARN") -> Path:
+    """Write the JVM's log4j2 configuration and return its path. ``level``
+    (``tierlake.log.jvm-level``) is the root level: Spark logs several INFO
+    lines per statement and job, which the default keeps out."""
     log_dir.mkdir(parents=True, exist_ok=True)
     path = log_dir.parent / "conf" / "log4j2.properties"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(_LOG4J2.format(log_dir=log_dir.as_posix()), encoding="utf-8")
+    path.write_text(_LOG4J2.format(log_dir=log_dir.as_posix(), level=level.lower()), encoding="utf-8")
     return path
 
 
@@ -65,7 +67,15 @@ def configure_python_logging(log_dir: Path, level: int = logging.INFO) -> None:
     handler._tierlake = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(level)
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    for name in THIRD_PARTY:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+# Libraries whose INFO lines are about their own workings, not the server's: Great Expectations logs
+# hundreds per validation (its decorators and registries), PyHive one per statement it sends (every
+# procedure call of a tiering service), py4j one per gateway callback.
+THIRD_PARTY = ("py4j", "great_expectations", "pyhive", "thrift", "thrift_sasl", "urllib3", "sqlalchemy",
+               "numexpr", "matplotlib", "selenium")
 
 
 def redirect_console(log_dir: Path) -> int:

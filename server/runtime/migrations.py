@@ -111,16 +111,32 @@ def already_added(statement: str, error: Exception) -> bool:
         marker in str(error) for marker in ("FIELDS_ALREADY_EXISTS", "COLUMN_ALREADY_EXISTS"))
 
 
-def create_views(spark: Any) -> list[str]:
-    """(Re)create every sys view."""
+def view_params(config: Any = None) -> dict[str, Any]:
+    """What the view templates (``sql/views/*.sql.j2``) are rendered with.
+
+    ``silent_after_seconds``: half the heartbeat timeout, the heartbeat age past which
+    ``sys.lake_tiering_health`` says a job went quiet (the template says why half)."""
+    from tierlake.server.runtime.config import Config
+
+    config = config if config is not None else Config.defaults()
+    return {"silent_after_seconds": max(1, int(config.seconds("tierlake.tiering.heartbeat-timeout") / 2))}
+
+
+def create_views(spark: Any, config: Any = None) -> list[str]:
+    """(Re)create every sys view: the plain ones (``*.sql``), then the templates (``*.sql.j2``,
+    which may read the plain ones) rendered with :func:`view_params`."""
     names = []
-    for path in sql.files(VIEWS_DIR):
-        for statement in sql.split_statements(path.read_text(encoding="utf-8")):
+    texts = [(path, path.stem, path.read_text(encoding="utf-8")) for path in sql.files(VIEWS_DIR)]
+    params = view_params(config)
+    texts += [(path, path.name.removesuffix(".sql.j2"), sql.render(f"{VIEWS_DIR}/{path.name}", **params))
+              for path in sql.files(VIEWS_DIR, ".sql.j2")]
+    for path, name, text in texts:
+        for statement in sql.split_statements(text):
             try:
                 spark.sql(statement)
             except Exception as e:
                 raise MigrationError(f"view {path.name} failed: {e}") from e
-        names.append(path.stem)
+        names.append(name)
     return names
 
 

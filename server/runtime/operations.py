@@ -54,7 +54,10 @@ class OperationControl:
                 return
             self._cancelled.set()
             callbacks, self._callbacks = self._callbacks, []
-        log.info("cancelling %s", self.description or "a local statement")
+        # Every statement's handle is cancelled when its session closes, most long after they ended:
+        # only a cancel that stops something running is worth a line at INFO.
+        log.log(logging.INFO if callbacks else logging.DEBUG, "cancelling %s",
+                self.description or "a local statement")
         for callback in callbacks:
             self._run(callback)
 

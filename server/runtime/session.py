@@ -280,8 +280,9 @@ def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
         "spark.scheduler.mode": "FAIR",
         "spark.scheduler.allocation.file": fair_scheduler_file(home).as_uri(),
     }
+    jvm_log = log4j2_config(config.logs_dir, config.setting("tierlake.log.jvm-level"))
     java_opts = [
-        f"-Dlog4j2.configurationFile={log4j2_config(config.logs_dir).as_uri()}",
+        f"-Dlog4j2.configurationFile={jvm_log.as_uri()}",
         f"-Dderby.system.home={home.as_posix()}",
         f"-Dderby.stream.error.file={(config.logs_dir / 'derby.log').as_posix()}",
     ]

@@ -106,6 +106,15 @@ SETTINGS: tuple[Setting, ...] = (
        "PEM certificate (chain) of the gateway; set, the gateway port speaks TLS only", default_doc="empty (no TLS)"),
     _s("tierlake.gateway.ssl.keyfile", "", "path", "PEM private key of that certificate",
        default_doc="empty (key in the certfile)"),
+    _s("tierlake.log.jvm-level", "WARN", "choice",
+       "level of the JVM's log, `logs/spark.log` (Spark, Hive, Iceberg): at `INFO` Spark writes lines for "
+       "every statement and job; the default keeps warnings and errors", choices=("ERROR", "WARN", "INFO", "DEBUG")),
+    _s("tierlake.http.port", "", "int",
+       "port of the status page and Prometheus `/metrics` ([observability.md](observability.md)), bound to "
+       "`tierlake.gateway.host`, TLS and logins as the gateway's; `0` picks a free port. Unset: off with a "
+       "password file, a free port on 127.0.0.1 in development mode (printed in the ready line); "
+       "`tierlake tiering-service` serves its own `/metrics` only when set",
+       minimum=0, default_doc="empty (see description)"),
     _s("tierlake.gateway.max-statement-size", "1048576", "int",
        "longest statement (bytes, UTF-8) the gateway accepts; longer ones are refused with SQLSTATE 54000",
        minimum=1),

@@ -12,6 +12,7 @@ from typing import Any
 
 from tierlake import sql
 from tierlake.server.exceptions import ConcurrentUpdateError
+from tierlake.server.observability import metrics
 from tierlake.server.runtime import housekeeping, state_version
 from tierlake.server.runtime.jvm import jclass, string_map
 from tierlake.server.runtime.session import iceberg_table
@@ -210,6 +211,7 @@ class SmallTable:
             except Exception as e:
                 if not is_conflict(e):
                     raise
+                metrics.commit_conflict(self.name)
                 log.info("commit conflict on %s (attempt %d), retrying", self.name, attempt)
                 time.sleep(0.05 * attempt)
         raise ConcurrentUpdateError(f"{self.name} kept changing concurrently ({MAX_ATTEMPTS} attempts)")

@@ -25,6 +25,7 @@ import threading
 from datetime import datetime, timezone
 from typing import Any
 
+from tierlake.server.observability import metrics
 from tierlake.server.runtime import periodic
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.runtime.state_table import SmallTable
@@ -55,6 +56,18 @@ def pending_commits(spark: Any, path: str, tiered_position: int | None) -> list[
     return out
 
 
+def lake_totals(spark: Any, state: Any) -> tuple[int | None, int | None]:
+    """``(data files, bytes)`` of the lake table's current snapshot, from its summary (metadata only)."""
+    try:
+        snapshot = iceberg_table(spark, f"{state.lake_database}.{state.lake_table}").currentSnapshot()
+    except Exception:  # noqa: BLE001 - a lake not created yet (no round so far) has no totals
+        return None, None
+    if snapshot is None:
+        return 0, 0
+    summary = snapshot.summary()
+    return int(summary.get("total-data-files") or 0), int(summary.get("total-files-size") or 0)
+
+
 class BacklogProbe:
     """Keeps ``sys.tiering_backlog`` current for every registered table."""
 
@@ -79,6 +92,7 @@ class BacklogProbe:
                     log.debug("backlog probe of %s failed: %s", state.path, e)
                     continue
                 probed.add(state.table_id)
+                metrics.TABLES.publish_backlog(state.table_id, commits, *lake_totals(self.spark, state))
                 for commit in commits:
                     fresh[(state.table_id, commit["log_position"])] = dict(commit, table_id=state.table_id)
             now = datetime.now(timezone.utc)

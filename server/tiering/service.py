@@ -14,6 +14,7 @@ from typing import Any
 from tierlake.server.changelog import fresh_view
 from tierlake.server.clients.procedure_client import JdbcClient
 from tierlake.server.exceptions import ConfigError
+from tierlake.server.observability.http import ObservabilityHttp
 from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.metastore import metastore_db
 from tierlake.server.runtime.session import HomeLock, build_spark, free_port
@@ -31,6 +32,7 @@ class TieringService:
         self.lock = HomeLock(config.home)
         self.spark: Any = None
         self.workers: list[Worker] = []
+        self.http: Any = None  # its own /metrics (its rounds), when tierlake.http.port is set
 
     def start(self, count: int) -> TieringService:
         self.lock.acquire()
@@ -59,6 +61,10 @@ class TieringService:
                 worker = Worker(self.spark, self.client, job_id, self.config)
                 worker.start()
                 self.workers.append(worker)
+            port = self.config.int("tierlake.http.port")
+            if port is not None:
+                # No status page: the tables are the server's. No login either: this process has no users.
+                self.http = ObservabilityHttp(self.config.text("tierlake.gateway.host"), port).start()
         except BaseException:
             self.stop()
             raise
@@ -66,6 +72,8 @@ class TieringService:
         return self
 
     def stop(self) -> None:
+        if self.http is not None:
+            self.http.stop()
         for worker in self.workers:
             worker.stop()
         for worker in self.workers:

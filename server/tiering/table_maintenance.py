@@ -74,6 +74,7 @@ from tierlake.server.coordinator.maintenance_schedule import MaintenanceAction
 from tierlake.server.ingest import ledger
 from tierlake.server.kv.catalog import kv_table_of
 from tierlake.server.kv.log_retention import retention_bound
+from tierlake.server.observability import metrics
 from tierlake.server.runtime import iceberg_maintenance as im
 from tierlake.server.runtime.javaext import STREAM_INGEST
 from tierlake.server.runtime.jvm import jclass
@@ -184,12 +185,25 @@ def compact_stream(spark: Any, stream: TablePath, action: Action) -> None:
     action.detail = f"data files {files} -> {after_files}"
 
 
-def expire_lake(spark: Any, lake: TablePath, max_age_ms: int, keep: int, action: Action) -> None:
+def expire_lake(spark: Any, lake: TablePath, max_age_ms: int, keep: int, action: Action,
+                stream: TablePath | None = None) -> None:
+    if stream is not None:
+        # The fresh view reads the lake snapshot it was pinned to; its re-pin runs after the
+        # round's report, i.e. after this (server/changelog/fresh_view.py). Re-pinned first, and
+        # whatever it pins then kept (its re-pin may fail; a newer one never moves it back).
+        try:
+            fresh_view.refresh(spark, stream, lake)
+        except Exception:  # the snapshot it still pins is kept below
+            log.warning("could not re-pin the fresh view of %s before expiring %s", stream, lake, exc_info=True)
     table = iceberg_table(spark, lake.quoted)
     cutoff = int(time.time() * 1000) - max_age_ms
     tiering = newest_tiering_snapshot(table)
     if tiering is not None:
         cutoff = min(cutoff, int(tiering.timestampMillis()))
+    pinned = None if stream is None else fresh_view.pinned_lake_snapshot(spark, stream)
+    if pinned is not None and table.snapshot(pinned) is not None:
+        # Iceberg expires snapshots strictly older than the cutoff: the pinned one and newer stay.
+        cutoff = min(cutoff, int(table.snapshot(pinned).timestampMillis()))
     action.snapshots_expired = im.expire_snapshots(spark, lake.quoted, cutoff, keep)
     action.detail = f"{im.snapshot_count(iceberg_table(spark, lake.quoted))} snapshot(s) kept"
 
@@ -206,7 +220,9 @@ def expire_stream(spark: Any, stream: TablePath, props: dict[str, str], position
         # but a round whose refresh failed left it further back, and expiring
         # the snapshots after it would break the view. Re-pin it here.
         try:
-            fresh_view.refresh(spark, stream, lake)
+            pin = fresh_view.refresh(spark, stream, lake)
+            if pin is not None:  # the pin in force (another process's may be newer, never older)
+                position = min(position, pin)
         except Exception as e:  # recorded in the action's detail
             action.snapshots_expired = 0
             action.detail = f"kept all: the fresh view could not be re-pinned ({type(e).__name__}: {e})"[:2048]
@@ -307,7 +323,7 @@ def maintain(spark: Any, stream: TablePath, lake: TablePath, props: dict[str, st
             log.warning("could not set metadata properties of %s", target, exc_info=True)
     if compaction:
         actions.append(_timed("compaction", lake, lambda a: compact_lake(spark, lake, a)))
-    actions.append(_timed("expire_snapshots", lake, lambda a: expire_lake(spark, lake, max_age_ms, keep, a)))
+    actions.append(_timed("expire_snapshots", lake, lambda a: expire_lake(spark, lake, max_age_ms, keep, a, stream)))
     if orphans:
         actions.append(_timed("orphan_files", lake, lambda a: remove_orphans(spark, lake, ORPHAN_MIN_AGE_MS, a)))
     if compaction:
@@ -345,6 +361,7 @@ def after_round(spark: Any, client: Any, job_id: str, table_id: int, epoch: int,
         actions = maintain(spark, stream, lake, props, position, orphans=bool(orphans), config=config)
         client.call("record_maintenance", job_id=job_id, table_id=table_id, tiering_epoch=epoch, run_id=run_id,
                     run_trigger=trigger, actions=[asdict(a) for a in actions])
+        metrics.maintenance_ran(stream, actions)
         log.info("maintenance of %s (%s, %.1f s): %s", stream, trigger, time.monotonic() - started,
                  "; ".join(f"{a.kind} ({a.duration_ms / 1000:.1f} s): {a.error or a.detail or 'done'}"
                            for a in actions))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import traceback
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +25,7 @@ from tierlake.server.changelog.round_tables import RoundTables
 from tierlake.server.clients.procedure_client import LocalClient
 from tierlake.server.coordinator.registration import registered_record
 from tierlake.server.exceptions import FencedEpochError, TierlakeError
+from tierlake.server.observability import metrics
 from tierlake.server.runtime import faults
 from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.jvm import jclass, string_map
@@ -160,6 +162,7 @@ class Worker(threading.Thread):
 
         ``spark``: the session the round runs in (the round thread's own; the server's if None)."""
         spark = spark if spark is not None else self.spark
+        started = time.monotonic()
         renewer = _Renewer(self, table_id, epoch)
         renewer.start()
         entry = {"table_id": table_id, "tiering_epoch": epoch}
@@ -203,8 +206,11 @@ class Worker(threading.Thread):
             self.leases.release(path)
             with self._count_lock:
                 self.rounds += 1
-            log.info("tiered %s: positions %d..%d, %d rows in %d commit(s)%s", path, plan.lake_position,
-                     result.end_position, result.rows, result.commits,
+            seconds = time.monotonic() - started
+            metrics.round_tiered(path, result.rows, result.bytes, seconds)
+            # The one line per round (issue 39): table, rows, bytes, duration, position.
+            log.info("tiered %s: %d rows, %d bytes in %.2f s, positions %d..%d, %d commit(s)%s", path, result.rows,
+                     result.bytes, seconds, plan.lake_position, result.end_position, result.commits,
                      " (force-finished)" if result.force_finished else "")
         except FencedEpochError as e:
             renewer.done.set()
@@ -214,6 +220,7 @@ class Worker(threading.Thread):
             except Exception:  # noqa: BLE001
                 renewer.fenced = renewer.fenced or "coordinator unreachable"
             if renewer.fenced:
+                metrics.round_fenced(path)
                 log.warning("round of %s (epoch %d) fenced: %s", path, epoch, e.message)
             else:
                 # Still our table: something else (a compaction, a user DELETE)
@@ -230,6 +237,7 @@ class Worker(threading.Thread):
             faults.point("after-report")
 
     def _report_failure(self, entry: dict, path: str, message: str) -> None:
+        metrics.round_failed(path)
         try:
             self.client.call("heartbeat", job_id=self.job_id, failed_tables=[dict(entry, error_message=message)])
         except Exception:

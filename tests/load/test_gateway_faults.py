@@ -192,7 +192,7 @@ def test_garbage_at_the_tls_and_auth_ports(tls_gateway, auth_gateway, tls_files)
     refusal = replies(auth_gateway.port, thrift_header(b"OpenSession") + b"\x00")  # NOSASL, empty request
     assert b"Authentication required" in refusal and b"28000" in refusal
     serves_a_new_client(auth_gateway.port, username="rita", password="rita-pw", auth="CUSTOM")
-    from tierlake.server.clients.jdbc import connect
+    from tierlake_client.jdbc import connect
 
     with connect(f"jdbc:hive2://127.0.0.1:{tls_gateway.port}/default;ssl=true", "rita", "rita-pw",
                  ca_file=str(tls_files[0])) as conn:

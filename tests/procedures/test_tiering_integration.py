@@ -7,17 +7,17 @@ import uuid
 
 import pytest
 from pyhive import exc, hive
+from tierlake_client.sqltext import call_statement
 
 from tests.conftest import make_iceberg_tables
 from tests.conftest import wait_for as shared_wait_for
-from tierlake import sql
-from tierlake.server.clients.procedure_client import Admin
+from tierlake.server.clients.procedure_client import Admin, LocalClient
 
 pytestmark = pytest.mark.integration
 
 
 def call(cursor, procedure: str, **arguments):
-    cursor.execute(sql.render("templates/call.sql.j2", procedure=procedure, arguments=arguments))
+    cursor.execute(call_statement(procedure, arguments))
     return cursor.fetchall()
 
 
@@ -118,7 +118,7 @@ def test_concurrent_jobs_never_get_the_same_table_and_epochs_are_fresh(tables, s
     assigned = [(name, row) for name, rows in results.items() for row in rows if row[1] in ours]
     table_ids = [row[1] for _, row in assigned]
     assert sorted(table_ids) == sorted(ours), "each table assigned exactly once"
-    admin = Admin.local(server)
+    admin = Admin(LocalClient(server, None))
     by_path = {s.table_path: s for s in admin.list_tiering_statuses()}
     for _name, (_kind, _table_id, path, epoch, error) in assigned:
         assert error is None and epoch >= 1
@@ -214,7 +214,7 @@ def test_disable_removes_state_and_fences_the_job(tables, hive_cursor):
 
 def test_admin_api_in_process_and_over_jdbc(tables, server):
     ids = tables(2)
-    local = Admin.local(server).list_tiering_statuses()
+    local = Admin(LocalClient(server, None)).list_tiering_statuses()
     with Admin.connect(f"jdbc:hive2://127.0.0.1:{server.gateway.port}/default", user="admin") as remote:
         over_jdbc = remote.list_tiering_statuses()
         one = remote.list_tiering_statuses(next(iter(ids)))

@@ -9,10 +9,10 @@ import uuid
 
 import pytest
 from pyhive import exc, hive
+from tierlake_client.jdbc import connect
 
 from tests.conftest import _java_classpath
 from tests.security.conftest import PASSWORD
-from tierlake.server.clients.jdbc import connect
 
 pytestmark = pytest.mark.integration
 

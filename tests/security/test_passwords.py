@@ -80,7 +80,7 @@ def test_passwd_cli_reads_stdin_and_uses_the_configured_file(tmp_path, monkeypat
 
 
 def test_client_password_resolution(tmp_path, monkeypatch):
-    from tierlake.server.clients.jdbc import resolve_password
+    from tierlake_client.jdbc import resolve_password
 
     monkeypatch.delenv("TIERLAKE_PASSWORD", raising=False)
     secret = tmp_path / "pw"

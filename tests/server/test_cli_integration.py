@@ -15,7 +15,8 @@ from tierlake.server.runtime import migrations
 
 pytestmark = pytest.mark.integration
 
-READY = re.compile(r"^tierlake ready: (jdbc:hive2://127\.0\.0\.1:(\d+)/default)$")
+READY = re.compile(r"^tierlake ready: (jdbc:hive2://127\.0\.0\.1:(\d+)/default)"
+                   r"( \(status page: http://127\.0\.0\.1:\d+/\))?$")
 
 
 def _start(home, port, timeout=240):
@@ -124,7 +125,7 @@ def test_server_lifecycle_restart_and_home_lock(tmp_path):
     try:
         assert READY.match(line), line
         r = _sql(
-            line.split(": ", 1)[1],
+            READY.match(line).group(1),
             "SELECT id, amount FROM shop.orders ORDER BY id",
             "SELECT count(*) AS applied FROM sys.schema_version",
             "SELECT count(*) AS views FROM sys.lake_tiering_status",
@@ -134,16 +135,16 @@ def test_server_lifecycle_restart_and_home_lock(tmp_path):
         assert re.search(r"\|\s*1\s*\|\s*9\.5\s*\|", r.stdout)
         assert re.search(r"\|\s*2\s*\|\s*3\.25\s*\|", r.stdout)
         # Statuses, epochs, errors and last_tiered_time are as they were ...
-        after = _sql(line.split(": ", 1)[1], "SELECT * FROM sys.lake_tiering_status ORDER BY table_name")
+        after = _sql(READY.match(line).group(1), "SELECT * FROM sys.lake_tiering_status ORDER BY table_name")
         assert after.stdout == before.stdout
         # ... and scheduling resumed from the last finished round: a shorter
         # freshness counts from its time (kept over the restart), so the table
         # is due at once, at the scheduler's next tick (every 5 s).
-        shorter = _sql(line.split(": ", 1)[1],
+        shorter = _sql(READY.match(line).group(1),
                        "ALTER TABLE shop.orders SET TBLPROPERTIES ('table.datalake.freshness' = '1 s')")
         assert shorter.returncode == 0, shorter.stderr
         time.sleep(6)
-        resumed = _sql(line.split(": ", 1)[1], "CALL sys.heartbeat(job_id => 'k', request_table => true)",
+        resumed = _sql(READY.match(line).group(1), "CALL sys.heartbeat(job_id => 'k', request_table => true)",
                        "CALL sys.heartbeat(job_id => 'k', request_table => true)")
         assert "shop.orders" in resumed.stdout and "assigned" in resumed.stdout, resumed.stdout
         # One row per migration: a restart does not re-run them.

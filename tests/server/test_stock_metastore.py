@@ -7,8 +7,10 @@ row exactly once."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
+import urllib.request
 
 import pytest
 from pyhive import hive
@@ -36,9 +38,10 @@ def test_server_and_tiering_service_on_a_stock_hive_metastore(tmp_path):
     try:
         server = start_server_process(tmp_path / "server", port, conf, workers=1)
         url = f"jdbc:hive2://127.0.0.1:{port}/default"
-        service = start_service_process(tmp_path / "service", url, conf, workers=1)
+        # The service serves its own /metrics (tierlake.http.port; 0 picks a free port).
+        service = start_service_process(tmp_path / "service", url, conf + ["tierlake.http.port=0"], workers=1)
         create_tables(port)
-        service_ready(service)
+        (service_job,) = service_ready(service)
         # The lock-free path is only for a metastore the server runs itself.
         settings = dict(query(port, "CALL sys.server_info()"))
         assert settings.get("commit_protocol", "").startswith("metastore locks"), settings
@@ -87,6 +90,18 @@ def test_server_and_tiering_service_on_a_stock_hive_metastore(tmp_path):
         # choice: on a loaded machine the service may come to its first round later).
         wait_for(lambda: len({r[0] for r in query(port, "SELECT DISTINCT job_id FROM sys.tiering_rounds")}) == 2,
                  180, "rounds of both tiering jobs")
+        # Its rows tiered, per table, in the service's own metrics.
+        metrics_url = re.search(r"\(metrics: (\S+)\)$", service.ready_line).group(1)
+        rows = {(db, t): n for db, t, n in query(
+            port, f"SELECT database_name, table_name, sum(rows) FROM sys.tiering_rounds WHERE job_id = '{service_job}' "
+            "AND outcome IN ('finished', 'force_finished') GROUP BY database_name, table_name")}
+        with urllib.request.urlopen(metrics_url, timeout=30) as response:
+            exposition = response.read().decode()
+        scraped = {(m.group(1), m.group(2)): float(m.group(3)) for m in re.finditer(
+            r'^tierlake_round_rows_total\{database="([^"]+)",table="([^"]+)"\} (\S+)$', exposition, re.M)}
+        assert rows and all(scraped.get(key) == float(n) for key, n in rows.items() if n), (rows, scraped)
+        assert re.search(r'^tierlake_round_duration_seconds_count\{database="[^"]+",table="[^"]+"\} [1-9]',
+                         exposition, re.M), exposition[:2000]
     finally:
         for proc in (service, server):
             if proc is not None:

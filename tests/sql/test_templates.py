@@ -14,7 +14,6 @@ import sqlglot
 
 from tierlake import sql
 from tierlake.server.catalog.spec import CHANGE_TYPE, CHANGE_TYPES, Column, TieredSpec, partition_sql
-from tierlake.sql.values import SqlMap
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "templates"
 PK = TieredSpec.from_properties({"primary-key": "order_id", "bucket.num": "4", "sequence-by": "ts"})
@@ -74,16 +73,18 @@ CASES = {
         source=["sys", "ctas_0123456789ab_stream"], target=["shop", "or`ders"])),
     "fresh_view_log": ("templates/fresh_view.sql.j2", dict(
         view=["shop_fresh", "events"], lake=["shop_lake", "events"], stream=["shop", "events"],
-        stream_after=["tierlake_inc", "shop", "events", "after_9001"], entries=["shop", "events", "all_entries"],
+        stream_after=["tierlake_inc", "shop", "events", "after_9001"],
+        entries=["tierlake_inc", "shop", "events", "entries_after_9001"],
         columns=[Column("id", "bigint"), Column("note", "string")],
         stream_columns=["id", None], keys=[], sequence_by=None, change_type=CHANGE_TYPE,
         lake_snapshot=4242, position=17, comment="fresh view of shop.events")),
     "fresh_view_pk": ("templates/fresh_view.sql.j2", dict(
         view=["shop_fresh", "orders"], lake=["shop_lake", "orders"], stream=["shop", "orders"],
-        stream_after=["tierlake_inc", "shop", "orders", "after_9001"], entries=["shop", "orders", "all_entries"],
+        stream_after=["tierlake_inc", "shop", "orders", "after_9001"],
+        entries=["tierlake_inc", "shop", "orders", "entries_after_9001"],
         columns=[Column("order_id", "bigint"), Column("ts", "timestamp")],
         stream_columns=["order_id", "ts"], keys=["order_id"], sequence_by="ts", change_type=CHANGE_TYPE,
-        lake_snapshot=4242, position=17, comment="fresh view of shop.orders")),
+        lake_snapshot=4242, position=17, comment="fresh view of shop.orders", pin="5:17:4242")),
     # No snapshot at the position to read after (expired, or no tierlake_inc): every stream file is scanned.
     "fresh_view_log_full_scan": ("templates/fresh_view.sql.j2", dict(
         view=["shop_fresh", "events"], lake=["shop_lake", "events"], stream=["shop", "events"], stream_after=None,
@@ -103,9 +104,6 @@ CASES = {
         comment="it's fresh")),
     "drop_view": ("templates/drop_view.sql.j2", dict(view=["shop_fresh", "or`ders"])),
     "drop_table_purge": ("templates/drop_table.sql.j2", dict(table=["sys", "ctas_0123456789ab_lake"], purge=True)),
-    "call_heartbeat": ("templates/call.sql.j2", dict(procedure="heartbeat", arguments={
-        "job_id": "j'1", "failed_tables": [{"table_id": 6, "tiering_epoch": 1, "error_message": "a\nb"}],
-        "snapshots": SqlMap({0: 5}), "request_table": True})),
 }
 
 

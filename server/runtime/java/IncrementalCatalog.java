@@ -51,6 +51,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  */
 public final class IncrementalCatalog implements TableCatalog {
   private static final Pattern AFTER = Pattern.compile("after_(\\d+)");
+  private static final Pattern ENTRIES_AFTER = Pattern.compile("entries_after_(\\d+)(?:_at_(\\d+))?");
   private static final String SESSION_CATALOG = "spark_catalog";
   private String name;
 
@@ -59,6 +60,8 @@ public final class IncrementalCatalog implements TableCatalog {
 
   @Override
   public Table loadTable(Identifier ident) throws NoSuchTableException {
+    Matcher entries = ENTRIES_AFTER.matcher(ident.name());
+    if (entries.matches()) return entriesAfter(ident, entries.group(1), entries.group(2));
     Matcher m = AFTER.matcher(ident.name());
     String[] ns = ident.namespace();
     if (ns.length != 2 || !m.matches()) throw new NoSuchTableException(ident);
@@ -77,7 +80,148 @@ public final class IncrementalCatalog implements TableCatalog {
     // answer is an empty scan. The table was loaded once: its current
     // snapshot is the one the scan would read.
     boolean empty = after.equals(stream.properties().get("current-snapshot-id"));
+    if (!empty && !readsAfter(stream, Long.parseLong(after))) {
+      // The snapshot after the start was expired (a user's expire_snapshots,
+      // or a view pinned before an expiry): Iceberg's incremental scan would
+      // fail ("not a parent ancestor"). Every live file instead: the fresh
+      // view keeps those committed after its position by their data sequence
+      // number (all_entries), the same rows at the cost of a full scan. The
+      // name says so in the plan (BatchScan <name>).
+      return new After(stream, null, false, name + "." + ident + " [full scan: snapshots after " + after
+          + " expired]");
+    }
     return new After(stream, after, empty, name + "." + ident);
+  }
+
+  /**
+   * {@code tierlake_inc.`db`.`t`.`entries_after_<id>_at_<position>`}: the
+   * pending files with their data sequence numbers, which a fresh view joins
+   * to order changes across commits (FreshEntries.java: computed from the
+   * snapshots after {@code <id>} only, which the view's pin keeps); no rows
+   * when nothing was committed after {@code <id>} (the view's stream part is
+   * empty then too), so a view with nothing pending reads no stream metadata
+   * at all. Without {@code _at_<position>}, or where FreshEntries could not
+   * be compiled (no Iceberg jar): the stream's {@code all_entries}.
+   */
+  private Table entriesAfter(Identifier ident, String after, String position) throws NoSuchTableException {
+    String[] ns = ident.namespace();
+    if (ns.length != 2) throw new NoSuchTableException(ident);
+    TableCatalog session = (TableCatalog)
+        SparkSession.active().sessionState().catalogManager().catalog(SESSION_CATALOG);
+    Table stream = session.loadTable(Identifier.of(new String[] {ns[0]}, ns[1]));
+    if (!"iceberg".equalsIgnoreCase(stream.properties().get("provider"))) {
+      throw new IllegalArgumentException(ns[0] + "." + ns[1] + " is not an Iceberg table");
+    }
+    boolean empty = after.equals(stream.properties().get("current-snapshot-id"));
+    if (position != null) {
+      try {
+        java.lang.reflect.Method scan = Class.forName("io.tierlake.internal.FreshEntries")
+            .getMethod("scanBuilder", Object.class, long.class, long.class);
+        StructType schema = (StructType) Class.forName("io.tierlake.internal.FreshEntries")
+            .getField("SCHEMA").get(null);
+        return new Computed(stream, scan, schema, Long.parseLong(after), Long.parseLong(position), empty,
+            name + "." + ident);
+      } catch (ReflectiveOperationException e) {
+        // FreshEntries not compiled (no Iceberg jar): all_entries below
+      }
+    }
+    Table entries = session.loadTable(Identifier.of(new String[] {ns[0], ns[1]}, "all_entries"));
+    return new Entries(entries, empty, name + "." + ident);
+  }
+
+  /** FreshEntries' rows, computed when the scan is built (the query's planning). */
+  static final class Computed implements SupportsRead {
+    private final Table stream;
+    private final java.lang.reflect.Method scan;
+    private final StructType schema;
+    private final long after;
+    private final long position;
+    private final boolean empty;
+    private final String name;
+
+    Computed(Table stream, java.lang.reflect.Method scan, StructType schema, long after, long position,
+             boolean empty, String name) {
+      this.stream = stream;
+      this.scan = scan;
+      this.schema = schema;
+      this.after = after;
+      this.position = position;
+      this.empty = empty;
+      this.name = name;
+    }
+
+    @Override public String name() { return name; }
+    @Override public StructType schema() { return schema; }
+    @Override public Transform[] partitioning() { return new Transform[0]; }
+    @Override public Map<String, String> properties() { return stream.properties(); }
+    @Override public Set<TableCapability> capabilities() { return EnumSet.of(TableCapability.BATCH_READ); }
+
+    @Override
+    public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
+      if (empty) return new EmptyScanBuilder(schema);
+      try {
+        return (ScanBuilder) scan.invoke(null, stream, after, position);
+      } catch (java.lang.reflect.InvocationTargetException e) {
+        Throwable cause = e.getCause();
+        if (cause instanceof RuntimeException) throw (RuntimeException) cause;
+        throw new IllegalStateException(cause);
+      } catch (IllegalAccessException e) {
+        throw new IllegalStateException(e);
+      }
+    }
+  }
+
+  /** The stream's all_entries, or no rows. */
+  static final class Entries implements SupportsRead {
+    private final Table entries;
+    private final boolean empty;
+    private final String name;
+
+    Entries(Table entries, boolean empty, String name) {
+      this.entries = entries;
+      this.empty = empty;
+      this.name = name;
+    }
+
+    @Override public String name() { return name; }
+    @Override public StructType schema() { return entries.schema(); }
+    @Override public Transform[] partitioning() { return new Transform[0]; }
+    @Override public Map<String, String> properties() { return entries.properties(); }
+    @Override public Set<TableCapability> capabilities() { return EnumSet.of(TableCapability.BATCH_READ); }
+
+    @Override
+    public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
+      if (empty) return new EmptyScanBuilder(schema());
+      return ((SupportsRead) entries).newScanBuilder(options);
+    }
+  }
+
+  /**
+   * Whether Iceberg can scan the appends after snapshot {@code after}: some
+   * ancestor of the current snapshot, reached through parents that were not
+   * expired, has it as its parent (Iceberg's SnapshotUtil.isParentAncestorOf).
+   * Reflection: this class compiles without Iceberg (SparkTable.table()).
+   */
+  static boolean readsAfter(Table stream, long after) {
+    try {
+      Object table = stream.getClass().getMethod("table").invoke(stream);
+      // Methods of Iceberg's public interfaces: the implementations (BaseSnapshot) are not public.
+      ClassLoader loader = table.getClass().getClassLoader();
+      Class<?> tableApi = Class.forName("org.apache.iceberg.Table", false, loader);
+      java.lang.reflect.Method snapshotById = tableApi.getMethod("snapshot", long.class);
+      java.lang.reflect.Method parentId = Class.forName("org.apache.iceberg.Snapshot", false, loader)
+          .getMethod("parentId");
+      Object snapshot = tableApi.getMethod("currentSnapshot").invoke(table);
+      while (snapshot != null) {
+        Long parent = (Long) parentId.invoke(snapshot);
+        if (parent == null) return false;
+        if (parent == after) return true;
+        snapshot = snapshotById.invoke(table, parent);
+      }
+      return false;
+    } catch (ReflectiveOperationException | RuntimeException e) {
+      return true; // not Iceberg's SparkTable as expected: let Iceberg's own scan decide
+    }
   }
 
   /** spark_catalog's table, scanned after a snapshot. */
@@ -106,6 +250,7 @@ public final class IncrementalCatalog implements TableCatalog {
     @Override
     public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
       if (empty) return new EmptyScanBuilder(schema());
+      if (after == null) return ((SupportsRead) stream).newScanBuilder(options); // the full scan
       Map<String, String> merged = new HashMap<>(options.asCaseSensitiveMap());
       merged.put("start-snapshot-id", after); // Iceberg's SparkReadOptions.START_SNAPSHOT_ID
       return ((SupportsRead) stream).newScanBuilder(new CaseInsensitiveStringMap(merged));

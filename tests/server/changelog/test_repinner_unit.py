@@ -94,3 +94,15 @@ def test_a_tables_re_pins_and_drop_are_serialised(monkeypatch):
     monkeypatch.setattr(fresh_view, "view_of", lambda spark, s: seen.append(lock.locked()) if s == stream else None)
     fresh_view.refresh(object(), stream, TablePath("db_lake", "t"))
     assert seen == [True]
+
+
+def test_pins_order_as_the_lake_moves_and_are_read_back_from_the_view_text():
+    """A view's text carries its pin (fresh_view.sql.j2); re-pins compare pins by the lake snapshot's
+    sequence number, then the position (a compaction's commit keeps the position), never by snapshot id."""
+    older, compacted, newer = fresh_view.Pin(3, 10, 99), fresh_view.Pin(4, 10, 7), fresh_view.Pin(5, 12, 1)
+    assert older < compacted < newer
+    assert fresh_view.Pin(3, 10, 99) == fresh_view.Pin(3, 10, 1)  # the same lake snapshot, whatever id it names
+    text = "SELECT l.`id` FROM `db_lake`.`t` VERSION AS OF 99 AS l /* tierlake-pin 3:10:99 */ UNION ALL SELECT 1"
+    assert fresh_view.pin_of(text) == older and fresh_view.pin_of(text).lake_snapshot == 99
+    assert fresh_view.pin_of("SELECT 1 /* no pin */") is None and fresh_view.pin_of(None) is None
+    assert fresh_view.pin_of(f"/* tierlake-pin {fresh_view.Pin(0, 0, -1).text()} */") == fresh_view.Pin(0, 0, -1)

@@ -30,6 +30,12 @@ class Sessions:
         return f"jsession-{guid.hex()}"
 
 
+class StagedWrite(tuple):
+    """What the fake writer stages: compares as a tuple, names its table like ingest.writer.Staged."""
+
+    table = "spark_catalog.db.stream"
+
+
 class Writer:
     def __init__(self):
         self.staged, self.written = [], []
@@ -37,7 +43,7 @@ class Writer:
     def stage(self, jsession, statement, parsed=None):
         self.staged.append((jsession, statement, parsed))
         if "stream" in statement:
-            return ("staged", statement)
+            return StagedWrite(("staged", statement))
         if "broken" in statement:
             raise RuntimeError("AnalysisException: no such column")
         return None

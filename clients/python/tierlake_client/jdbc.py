@@ -1,5 +1,6 @@
-"""Connecting tierlake's own clients (``tierlake sql``, ``tierlake
-tiering-service``) to a gateway given as a JDBC URL.
+"""Connecting to a gateway given as a JDBC URL (``tierlake sql``, ``tierlake
+tiering-service``, :class:`~tierlake_client.procedure_client.Admin`, the
+``tierlake://`` dialect).
 
 URL options understood: ``;auth=noSasl`` (raw Thrift) and ``;ssl=true``
 (TLS; the server certificate is checked against ``ca_file``, else the system's
@@ -15,7 +16,7 @@ import ssl
 from pathlib import Path
 from urllib.parse import urlparse
 
-from tierlake.server.exceptions import ConfigError, TierlakeError
+from tierlake_client.exceptions import ConfigError, TierlakeError
 
 PASSWORD_ENV = "TIERLAKE_PASSWORD"
 

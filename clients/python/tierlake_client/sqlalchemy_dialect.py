@@ -1,7 +1,7 @@
 """The SQLAlchemy dialect ``tierlake://`` (Superset, Redash, pandas).
 
 ``tierlake://user:password@host:10000/default`` connects like ``tierlake sql``
-(:func:`tierlake.server.clients.jdbc.connect`): SASL PLAIN with the password
+(:func:`tierlake_client.jdbc.connect`): SASL PLAIN with the password
 from the URL, else ``$TIERLAKE_PASSWORD``; ``?ssl=true`` for a TLS gateway,
 checked against ``ca_file=/path/ca.pem`` (else the system's trusted CAs);
 ``?auth=noSasl`` for a NOSASL gateway.
@@ -19,12 +19,14 @@ result shapes differ from Hive's:
   text is mapped, precision and scale included (:func:`spark_type`).
 
 Every identifier in the dialect's own statements is quoted by sqlglot
-(:func:`tierlake.sql.quote_ident`); compiled statements quote every
+(:func:`tierlake_client.sqltext.quote_ident`); compiled statements quote every
 identifier with backticks, embedded backticks doubled.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`, and no annotations on the methods
+# decorated with @reflection.cache: SQLAlchemy 1.4's decorator rebuilds their
+# signature as source text and cannot (string annotations fail; `list[str]`
+# comes back as `list[str)`).
 import datetime
 import decimal
 import getpass
@@ -36,7 +38,7 @@ from sqlalchemy import exc, text, types, util
 from sqlalchemy.engine import URL, reflection
 from sqlalchemy.sql import compiler
 
-from tierlake import sql as sqlfiles
+from tierlake_client import sqltext as sqlfiles
 
 # URL query options, as `tierlake sql` and Hive JDBC name them.
 _OPTIONS = ("ssl", "ca_file", "auth")
@@ -99,6 +101,9 @@ class SparkComplex(types.TypeDecorator):
         return f"SparkComplex({self.spark_type!r})"
 
 
+# SQLAlchemy 2.0 has Double; 1.4 only Float (which is what Double subclasses).
+_DOUBLE = getattr(types, "Double", types.Float)
+
 _SIMPLE_TYPES: dict[str, type[types.TypeEngine] | types.TypeEngine] = {
     "boolean": types.Boolean,
     "tinyint": types.SmallInteger,
@@ -111,7 +116,7 @@ _SIMPLE_TYPES: dict[str, type[types.TypeEngine] | types.TypeEngine] = {
     "long": types.BigInteger,
     "float": types.Float,
     "real": types.Float,
-    "double": types.Double,
+    "double": _DOUBLE,
     "string": types.String,
     "binary": types.LargeBinary,
     "date": SparkDate,
@@ -218,7 +223,7 @@ class TierlakeDialect(HiveDialect):
         }
 
     def connect(self, *cargs: Any, **cparams: Any):
-        from tierlake.server.clients.jdbc import connect, resolve_password
+        from tierlake_client.jdbc import connect, resolve_password
 
         cparams["password"] = resolve_password(cparams.get("password"))
         return connect(*cargs, **cparams)
@@ -244,14 +249,14 @@ class TierlakeDialect(HiveDialect):
         return [(row[1], bool(row[2])) for row in connection.exec_driver_sql(statement)]
 
     @reflection.cache
-    def get_view_names(self, connection, schema: str | None = None, **kw) -> list[str]:
+    def get_view_names(self, connection, schema=None, **kw):
         return [name for name, temporary in self._listing(connection, "SHOW VIEWS", schema) if not temporary]
 
     def get_temp_view_names(self, connection, schema: str | None = None, **kw) -> list[str]:
         return [name for name, temporary in self._listing(connection, "SHOW VIEWS", schema) if temporary]
 
     @reflection.cache
-    def get_table_names(self, connection, schema: str | None = None, **kw) -> list[str]:
+    def get_table_names(self, connection, schema=None, **kw):
         views = {name for name, _ in self._listing(connection, "SHOW VIEWS", schema)}
         return [name for name, temporary in self._listing(connection, "SHOW TABLES", schema)
                 if not temporary and name not in views]
@@ -272,7 +277,7 @@ class TierlakeDialect(HiveDialect):
         return describe_columns(rows)
 
     @reflection.cache
-    def get_columns(self, connection, table_name: str, schema: str | None = None, **kw) -> list[dict]:
+    def get_columns(self, connection, table_name, schema=None, **kw):
         return [
             {"name": name, "type": spark_type(type_text), "nullable": True, "default": None,
              **({"comment": comment} if comment else {})}

@@ -12,8 +12,7 @@ import pandas as pd
 import pytest
 import sqlalchemy as sa
 from sqlalchemy import MetaData, Table, func, inspect, select, text
-
-from tierlake.server.clients.sqlalchemy_dialect import (
+from tierlake_client.sqlalchemy_dialect import (
     SparkComplex,
     SparkDate,
     SparkDecimal,
@@ -117,7 +116,7 @@ def test_unknown_url_options_are_refused():
 
 
 def test_connect_uses_the_cli_connection_and_its_password_fallback(monkeypatch):
-    import tierlake.server.clients.jdbc as jdbc
+    import tierlake_client.jdbc as jdbc
 
     seen = []
     monkeypatch.setattr(jdbc, "connect", lambda **kw: seen.append(kw) or "conn")

@@ -1,0 +1,134 @@
+package io.tierlake.internal;
+
+import java.io.Serializable;
+import java.util.ArrayList;
+import java.util.List;
+import org.apache.iceberg.DataFile;
+import org.apache.iceberg.DataOperations;
+import org.apache.iceberg.FileScanTask;
+import org.apache.iceberg.Snapshot;
+import org.apache.iceberg.Table;
+import org.apache.iceberg.io.CloseableIterable;
+import org.apache.iceberg.spark.source.SparkTable;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.connector.read.Batch;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.types.UTF8String;
+
+/**
+ * The pending files of a fresh view with their data sequence numbers
+ * ({@code tierlake_inc.`db`.`t`.`entries_after_<id>_at_<position>`},
+ * IncrementalCatalog.java): what the view joins to order changes across
+ * commits, computed in the driver when the query is planned.
+ *
+ * <p>Why not the stream's {@code all_entries}: that metadata table reads the
+ * manifests of every retained snapshot, in tasks that run after planning; an
+ * expiry between the two (stream maintenance, log retention, a user's) deletes
+ * manifests of the older snapshots and the query fails ("Failed to open input
+ * stream for file …-m0.avro"). The snapshots after a view's pin are kept while
+ * it is pinned, so reading only theirs is safe, and it is cheaper: the
+ * manifests of the pending appends, not of the whole retained history.
+ *
+ * <p>Rows: every file that an {@code append} snapshot after {@code <id>} (an
+ * ancestor of the current snapshot) added, with that snapshot's sequence
+ * number (an appended file's data sequence number), i.e. exactly the files
+ * the incremental read of the same snapshots returns. Where the snapshots
+ * after {@code <id>} were expired (the incremental read then scans every live
+ * file): every live data file whose data sequence number is above
+ * {@code <position>}.
+ */
+public final class FreshEntries {
+  private FreshEntries() {}
+
+  public static final StructType SCHEMA = new StructType()
+      .add("status", DataTypes.IntegerType, false)
+      .add("sequence_number", DataTypes.LongType, false)
+      .add("data_file", new StructType().add("file_path", DataTypes.StringType, false), false);
+
+  /** The pending files of {@code sparkTable} (Iceberg's SparkTable) after snapshot {@code after}. */
+  public static org.apache.spark.sql.connector.read.ScanBuilder scanBuilder(Object sparkTable, long after,
+                                                                          long position) {
+    Table table = ((SparkTable) sparkTable).table();
+    List<String> paths = new ArrayList<>();
+    List<Long> sequences = new ArrayList<>();
+    List<Snapshot> appends = new ArrayList<>();
+    boolean reached = false;
+    Snapshot snapshot = table.currentSnapshot();
+    while (snapshot != null && snapshot.snapshotId() != after) {
+      if (DataOperations.APPEND.equals(snapshot.operation())) appends.add(snapshot);
+      Long parent = snapshot.parentId();
+      if (parent != null && parent == after) {
+        reached = true;
+        break;
+      }
+      snapshot = parent == null ? null : table.snapshot(parent);
+    }
+    if (snapshot != null && snapshot.snapshotId() == after) reached = true;
+    if (reached) {
+      for (Snapshot append : appends) {
+        for (DataFile file : append.addedDataFiles(table.io())) {
+          paths.add(file.location());
+          sequences.add(append.sequenceNumber());
+        }
+      }
+    } else {
+      try (CloseableIterable<FileScanTask> tasks = table.newScan().planFiles()) {
+        for (FileScanTask task : tasks) {
+          Long sequence = task.file().dataSequenceNumber();
+          if (sequence != null && sequence > position) {
+            paths.add(task.file().location());
+            sequences.add(sequence);
+          }
+        }
+      } catch (java.io.IOException e) {
+        throw new java.io.UncheckedIOException(e);
+      }
+    }
+    return new Rows(paths.toArray(new String[0]), sequences.stream().mapToLong(Long::longValue).toArray());
+  }
+
+  /** The rows, in one partition (a few per pending commit). */
+  static final class Rows implements ScanBuilder, Scan, Batch, InputPartition, PartitionReaderFactory,
+      Serializable {
+    private final String[] paths;
+    private final long[] sequences;
+
+    Rows(String[] paths, long[] sequences) {
+      this.paths = paths;
+      this.sequences = sequences;
+    }
+
+    @Override public Scan build() { return this; }
+    @Override public StructType readSchema() { return SCHEMA; }
+    @Override public Batch toBatch() { return this; }
+    @Override public InputPartition[] planInputPartitions() {
+      return paths.length == 0 ? new InputPartition[0] : new InputPartition[] {this};
+    }
+    @Override public PartitionReaderFactory createReaderFactory() { return this; }
+
+    @Override
+    public PartitionReader<InternalRow> createReader(InputPartition partition) {
+      Rows rows = (Rows) partition;
+      return new PartitionReader<InternalRow>() {
+        private int at = -1;
+
+        @Override public boolean next() { return ++at < rows.paths.length; }
+
+        @Override
+        public InternalRow get() {
+          return new GenericInternalRow(new Object[] {1, rows.sequences[at],
+              new GenericInternalRow(new Object[] {UTF8String.fromString(rows.paths[at])})});
+        }
+
+        @Override public void close() {}
+      };
+    }
+  }
+}

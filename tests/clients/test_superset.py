@@ -1,0 +1,378 @@
+"""Apache Superset 6 from PyPI, in its own venv with only ``tierlake-client``
+added, against the live gateway: what an analyst does, over Superset's REST
+API, then the shipped dashboard in headless Chromium.
+
+Superset runs on loopback with SQLite metadata and CSRF on (as in
+production); the test talks to it as the admin user it creates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from tierlake_client.superset.dashboard import SupersetApi, SupersetError
+
+from tests.clients.venvs import client_venv
+from tests.conftest import ROOT, free_port, running_workers, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.superset]
+
+DB = "superset_demo"
+# Superset 6.1.0's wheel imports rich (its CLI) and cachetools (the AWS IAM
+# spec, loaded with every spec) without declaring them, and admits
+# Flask-Caching 2.5, whose metastore-cache arguments it cannot take.
+SUPERSET = ["apache-superset>=6.1,<7", "rich", "cachetools", "flask-caching<2.4"]
+SCREENSHOT = ROOT / "docs" / "images" / "superset-dashboard.png"
+
+
+@pytest.fixture(scope="module")
+def superset_bin():
+    return client_venv("superset6", SUPERSET)
+
+
+@pytest.fixture(scope="module")
+def workers(server):
+    yield from running_workers(server, 1)
+
+
+@pytest.fixture(scope="module")
+def tiered(server, workers, hive_cursor_module):
+    """Three tiered tables with a few rounds each: a primary-key table with
+    quality results, a log table, and a table Failed by its quality gate."""
+    c = hive_cursor_module
+    c.execute(f"CREATE DATABASE IF NOT EXISTS {DB}")
+    for t in ("orders", "clicks", "payments"):
+        c.execute(f"DROP TABLE IF EXISTS {DB}.{t}")
+    props = "'table.datalake.enabled'='true', 'table.datalake.freshness'='1 s'"
+    c.execute(f"CREATE TABLE {DB}.orders (order_id BIGINT, amount DOUBLE, status STRING) "
+              f"TBLPROPERTIES ({props}, 'primary-key'='order_id', 'bucket.num'='2')")
+    c.execute(f"CREATE TABLE {DB}.clicks (user_id BIGINT, page STRING) TBLPROPERTIES ({props})")
+    c.execute(f"CREATE TABLE {DB}.payments (payment_id BIGINT, amount DOUBLE) "
+              f"TBLPROPERTIES ({props}, 'primary-key'='payment_id', 'table.datalake.quality'='block')")
+    c.execute(f"CALL sys.add_expectation('{DB}.payments', 'expect_column_values_to_be_between', "
+              "map('column', 'amount', 'min_value', 0, 'max_value', 10))")
+
+    def rounds(table):
+        c.execute(f"SELECT count(*) FROM sys.tiering_rounds WHERE database_name = '{DB}' AND table_name = '{table}'")
+        return c.fetchone()[0]
+
+    for batch in range(3):
+        before = rounds("orders"), rounds("clicks")
+        c.execute(f"INSERT INTO {DB}.orders (order_id, amount, status, _change_type) VALUES "
+                  f"({batch * 2}, {batch + 1}.5, 'new', '+I'), ({batch * 2 + 1}, 2.0, 'paid', '+I')")
+        c.execute(f"INSERT INTO {DB}.clicks VALUES ({batch}, 'home'), ({batch}, 'cart')")
+        wait_for(lambda before=before: rounds("orders") > before[0] and rounds("clicks") > before[1], 120,
+                 f"round {batch}")
+        time.sleep(2)  # rounds minutes apart would be nicer; seconds show the shape
+    c.execute(f"INSERT INTO {DB}.payments (payment_id, amount, _change_type) VALUES (1, 99.0, '+I')")
+
+    def failed():
+        c.execute(f"SELECT status FROM sys.lake_tiering_status WHERE database_name = '{DB}' "
+                  "AND table_name = 'payments'")
+        return c.fetchone()[0] == "Failed"
+
+    wait_for(failed, 180, "payments to fail its quality gate")  # then retried after the back-off
+    c.execute(f"CALL sys.validate('{DB}.orders')")
+    c.fetchall()
+    return DB
+
+
+@pytest.fixture(scope="module")
+def hive_cursor_module(server):
+    from pyhive import hive
+
+    conn = hive.connect("127.0.0.1", server.gateway.port, username="tester")
+    yield conn.cursor()
+    conn.close()
+
+
+@pytest.fixture(scope="module")
+def superset(superset_bin, tmp_path_factory):
+    """Superset on a free loopback port: (base URL, admin password, bin dir)."""
+    home = tmp_path_factory.mktemp("superset-home")
+    password = secrets.token_hex(8)
+    (home / "superset_config.py").write_text(
+        f"SECRET_KEY = {secrets.token_hex(24)!r}\n"
+        f"SQLALCHEMY_DATABASE_URI = 'sqlite:///{home / 'superset.db'}'\n", encoding="utf-8")
+    env = dict(os.environ, SUPERSET_CONFIG_PATH=str(home / "superset_config.py"), FLASK_APP="superset",
+               SUPERSET_HOME=str(home))
+    superset_cli = str(superset_bin / "superset")
+    for args in (["db", "upgrade"],
+                 ["fab", "create-admin", "--username", "admin", "--firstname", "Ada", "--lastname", "Admin",
+                  "--email", "admin@example.com", "--password", password],
+                 ["init"]):
+        done = subprocess.run([superset_cli, *args], env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"superset {args[0]}: {done.stderr[-3000:]}"
+    port = free_port()
+    log = open(home / "superset.log", "w")
+    proc = subprocess.Popen([superset_cli, "run", "-h", "127.0.0.1", "-p", str(port), "--with-threads"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+
+    def healthy():
+        try:
+            with urllib.request.urlopen(base + "/health", timeout=5) as r:
+                return r.status == 200
+        except OSError:
+            assert proc.poll() is None, (home / "superset.log").read_text()[-3000:]
+            return False
+
+    wait_for(healthy, 180, "Superset to answer /health")
+    yield base, password, superset_bin
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def api(superset):
+    base, password, _ = superset
+    return SupersetApi(base, "admin", password)
+
+
+@pytest.fixture(scope="module")
+def database(api, server, tiered):
+    uri = f"tierlake://analyst:pw@127.0.0.1:{server.gateway.port}/default"
+    assert api.call("POST", "/api/v1/database/test_connection/",
+                    {"sqlalchemy_uri": uri, "database_name": "tierlake"}) == {"message": "OK"}
+    created = api.call("POST", "/api/v1/database/",
+                       {"sqlalchemy_uri": uri, "database_name": "tierlake", "expose_in_sqllab": True})
+    return created["id"], uri
+
+
+def lab(api, database_id, sql, schema="sys"):
+    """SQL Lab's synchronous execute: (HTTP-level outcome, body)."""
+    try:
+        return True, api.call("POST", "/api/v1/sqllab/execute/",
+                              {"database_id": database_id, "sql": sql, "runAsync": False, "schema": schema})
+    except SupersetError as e:
+        body = str(e).split(": ", 2)[-1]
+        return False, json.loads(body[body.index("{"):])
+
+
+def test_the_client_installs_beside_superset_without_the_server_stack(superset_bin):
+    probe = ("import importlib.util as u, importlib.metadata as m, json, sqlalchemy, sqlglot;"
+             "print(json.dumps({'missing': [n for n in ('pyspark', 'great_expectations', 'tierlake')"
+             " if u.find_spec(n) is None], 'client': u.find_spec('tierlake_client') is not None,"
+             " 'requires': m.requires('tierlake-client'), 'sqlalchemy': sqlalchemy.__version__,"
+             " 'sqlglot': sqlglot.__version__,"
+             " 'specs': [e.value for e in m.entry_points(group='superset.db_engine_specs')]}))")
+    out = json.loads(subprocess.run([str(superset_bin / "python"), "-c", probe], capture_output=True,
+                                    text=True, check=True).stdout)
+    assert out["missing"] == ["pyspark", "great_expectations", "tierlake"]
+    assert out["client"] is True
+    assert not any(r.lower().startswith(("pyspark", "great-expectations", "great_expectations"))
+                   for r in out["requires"])
+    # Superset's own pins decided these, not the client.
+    assert out["sqlalchemy"].startswith("1.4.")
+    assert int(out["sqlglot"].split(".")[0]) < 29
+    assert out["specs"] == ["tierlake_client.superset.engine_spec:TierlakeEngineSpec"]
+
+
+def test_superset_lists_schemas_tables_and_views(api, database, tiered):
+    database_id, _ = database
+    assert {"sys", DB, f"{DB}_lake"} <= set(api.call("GET", f"/api/v1/database/{database_id}/schemas/")["result"])
+    sys_entries = {e["value"]: e["type"] for e in
+                   api.call("GET", f"/api/v1/database/{database_id}/tables/?q=(schema_name:sys)")["result"]}
+    assert sys_entries["lake_tiering_status"] == "view"
+    assert sys_entries["tiering_rounds"] == "view"
+    assert sys_entries["tiering_tables"] == "table"
+    user = {e["value"]: e["type"] for e in
+            api.call("GET", f"/api/v1/database/{database_id}/tables/?q=(schema_name:{DB}_lake)")["result"]}
+    assert user == {"orders": "table", "clicks": "table", "payments": "table"}
+    columns = api.call("GET", f"/api/v1/database/{database_id}/table_metadata/?name=lake_tiering_lag&schema=sys")
+    assert {"lag_seconds", "freshness_seconds", "pending_rows"} <= {c["name"] for c in columns["columns"]}
+
+
+def test_sql_lab_runs_status_lag_aggregates_and_backticks(api, database, tiered):
+    database_id, _ = database
+    ok, body = lab(api, database_id, "SELECT table_name, status, last_error FROM sys.lake_tiering_status "
+                   f"WHERE database_name = '{DB}' ORDER BY table_name")
+    assert ok, body
+    rows = {r["table_name"]: r for r in body["data"]}
+    assert rows["orders"]["status"] in ("Scheduled", "Pending", "Tiering")
+    # Failed, then retried after the back-off (2 s here) and Failed again: its error stays.
+    assert rows["payments"]["status"] in ("Failed", "Pending", "Tiering")
+    assert "expect_column_values_to_be_between" in rows["payments"]["last_error"]
+    ok, body = lab(api, database_id, f"SELECT table_name, lag_seconds FROM `sys`.`lake_tiering_lag` "
+                   f"WHERE `database_name` = '{DB}'")
+    assert ok, body
+    assert {r["table_name"] for r in body["data"]} == {"orders", "clicks", "payments"}
+    ok, body = lab(api, database_id, f"SELECT status, count(*) AS n, sum(amount) AS total FROM `{DB}_lake`.`orders` "
+                   "GROUP BY status ORDER BY status", schema=DB)
+    assert ok, body
+    assert body["data"] == [{"status": "new", "n": 3, "total": 7.5}, {"status": "paid", "n": 3, "total": 6.0}]
+
+
+def test_table_preview_selects_with_backticks_and_a_limit_that_runs(api, database, tiered):
+    database_id, _ = database
+    star = api.call("GET", f"/api/v1/database/{database_id}/select_star/lake_tiering_status/sys/")["result"]
+    assert "FROM `sys`.`lake_tiering_status`" in star and star.rstrip().endswith("LIMIT 100"), star
+    assert "`default`" not in star  # no catalog part: Spark's session catalog is implied
+    ok, body = lab(api, database_id, star)
+    assert ok, body
+    assert {r["table_name"] for r in body["data"] if r["database_name"] == DB} == {"orders", "clicks", "payments"}
+    ok, body = lab(api, database_id, f"SELECT * FROM `{DB}_lake`.`clicks`", schema=DB)
+    assert ok and len(body["data"]) == 6, body  # SQL Lab's own LIMIT (1000 by default) is Spark's LIMIT
+
+
+def test_errors_read_as_sql_errors_not_thrift_reprs(api, database):
+    database_id, _ = database
+    cases = [
+        ("SELECT * FROM nowhere.nothing", "TABLE_DOES_NOT_EXIST_ERROR",
+         "Table or view `nowhere`.`nothing` does not exist"),
+        ("SELECT no_such_column FROM sys.lake_tiering_status", "COLUMN_DOES_NOT_EXIST_ERROR",
+         "Column `no_such_column` does not exist"),
+        # Superset parses before it sends (sqlglot, as Spark SQL): a syntax error stops there.
+        ("SELECT * FROM `sys`.lake_tiering_status WHERE", "INVALID_SQL_ERROR", "Error parsing near 'WHERE'"),
+    ]
+    for sql, error_type, text in cases:
+        ok, body = lab(api, database_id, sql)
+        assert not ok
+        (error,) = body["errors"]
+        assert error["error_type"] == error_type, error
+        assert text in error["message"], error
+        assert "TExecuteStatementResp" not in json.dumps(body) and "\tat " not in json.dumps(body)
+    # What no custom error matches: the server's first line and its SQLSTATE.
+    ok, body = lab(api, database_id, "SELECT array_contains(1, 2)")
+    assert not ok
+    (error,) = body["errors"]
+    assert error["message"].startswith("tierlake error: [DATATYPE_MISMATCH.UNEXPECTED_INPUT_TYPE]"), error
+    assert error["message"].endswith("(SQLSTATE 42K09)") and "\n" not in error["message"], error
+    # A statement that fails while running (a task's exception): its message, no Java.
+    ok, body = lab(api, database_id, "SELECT raise_error('tierlake-superset-boom')")
+    assert not ok
+    (error,) = body["errors"]
+    assert error["message"].startswith("tierlake error: tierlake-superset-boom"), error
+    assert "TExecuteStatementResp" not in json.dumps(body) and "Exception" not in error["message"]
+
+
+def test_a_call_that_changes_state_is_dml_and_a_read_only_call_is_not(api, database, tiered):
+    database_id, _ = database
+    ok, body = lab(api, database_id, f"CALL sys.kv_snapshot('{DB}.orders')")
+    assert not ok
+    assert body["errors"][0]["error_type"] == "DML_NOT_ALLOWED_ERROR"
+    ok, body = lab(api, database_id, "/* who */ call `SYS`.`kv_snapshot`('x')")
+    assert not ok and body["errors"][0]["error_type"] == "DML_NOT_ALLOWED_ERROR"
+    ok, body = lab(api, database_id, "CALL sys.version()")
+    assert ok, body
+    assert {r["component"] for r in body["data"]} >= {"tierlake", "spark", "iceberg"}
+
+
+def test_a_dataset_on_the_status_view_and_a_lag_time_series_through_the_chart_data_api(api, database, tiered):
+    database_id, _ = database
+    status = api.call("POST", "/api/v1/dataset/",
+                      {"database": database_id, "schema": "sys", "table_name": "lake_tiering_status"})["id"]
+    by_status = api.call("POST", "/api/v1/chart/data", {
+        "datasource": {"id": status, "type": "table"}, "force": True,
+        "queries": [{"columns": ["status"], "metrics": ["count"], "orderby": [], "row_limit": 100,
+                     "filters": [{"col": "database_name", "op": "==", "val": DB}]}],
+        "form_data": {"viz_type": "table", "datasource": f"{status}__table"},
+        "result_format": "json", "result_type": "full"})
+    counts = {r["status"]: r["count"] for r in by_status["result"][0]["data"]}
+    assert sum(counts.values()) == 3 and set(counts) <= {"Scheduled", "Pending", "Tiering", "Failed"}
+
+    from tierlake_client.superset.dashboard import LAG_DATASET_SQL
+
+    lag = api.call("POST", "/api/v1/dataset/", {"database": database_id, "schema": "sys",
+                                                "table_name": "round_lag_test", "sql": LAG_DATASET_SQL})["id"]
+    series = api.call("POST", "/api/v1/chart/data", {
+        "datasource": {"id": lag, "type": "table"}, "force": True,
+        "queries": [{"columns": [{"columnType": "BASE_AXIS", "sqlExpression": "ended_at", "label": "ended_at",
+                                  "expressionType": "SQL", "timeGrain": "PT1M"}, "table_path"],
+                     "metrics": [{"expressionType": "SIMPLE", "column": {"column_name": "lag_seconds"},
+                                  "aggregate": "MAX", "label": "lag_seconds"}],
+                     "filters": [{"col": "table_path", "op": "IN", "val": [f"{DB}.orders", f"{DB}.clicks"]}],
+                     "orderby": [], "row_limit": 1000}],
+        "form_data": {"viz_type": "echarts_timeseries_line", "datasource": f"{lag}__table"},
+        "result_format": "json", "result_type": "full"})["result"][0]
+    assert "date_trunc('minute'" in series["query"]  # Spark's time grain, not "no grain spec"
+    points = [r for r in series["data"] if r["lag_seconds"] is not None]
+    assert {r["table_path"] for r in points} == {f"{DB}.orders", f"{DB}.clicks"}
+    assert all(r["lag_seconds"] >= 0 and isinstance(r["ended_at"], (int, float)) for r in points)
+
+
+def test_the_shipped_dashboard_imports_with_one_command_and_its_charts_answer(superset, api, database, tiered):
+    base, password, superset_bin = superset
+    _, uri = database
+    done = subprocess.run([str(superset_bin / "tierlake-superset"), "import-dashboard", "--superset", base,
+                           "--superset-user", "admin", "--database-uri", uri],
+                          env=dict(os.environ, SUPERSET_PASSWORD=password), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "imported the 'tierlake tiering' dashboard" in done.stdout
+    # Attached to the connection made above, not a second "tierlake".
+    assert [d["database_name"] for d in api.call("GET", "/api/v1/database/")["result"]] == ["tierlake"]
+    charts = {c["slice_name"]: c["id"] for c in
+              api.call("GET", "/api/v1/dashboard/tierlake-tiering/charts")["result"]}
+    assert set(charts) == {"Tiering status", "Lag now (s)", "Lag per table over time (s)", "Failed rounds",
+                           "Data quality"}
+    data = {name: api.call("GET", f"/api/v1/chart/{cid}/data/")["result"][0]["data"] for name, cid in charts.items()}
+    assert any(r["table_name"] == "payments" and "expect_column_values_to_be_between" in (r["last_error"] or "")
+               for r in data["Tiering status"] if r["database_name"] == DB)
+    assert {r["table_name"] for r in data["Lag now (s)"] if r["database_name"] == DB} == {
+        "orders", "clicks", "payments"}
+    assert any(r["table_path"] == f"{DB}.orders" and r["lag_seconds"] is not None
+               for r in data["Lag per table over time (s)"])
+    assert any(r["table_name"] == "payments" and r["outcome"] == "failed" for r in data["Failed rounds"])
+    assert any(r["table_name"] == "orders" and r["success"] for r in data["Data quality"])
+    wrong = subprocess.run([str(superset_bin / "tierlake-superset"), "import-dashboard", "--superset", base,
+                            "--superset-user", "admin", "--database-uri", uri],
+                           env=dict(os.environ, SUPERSET_PASSWORD="wrong"), capture_output=True, text=True,
+                           timeout=300)
+    assert wrong.returncode == 1 and "HTTP 401" in wrong.stderr
+
+
+def test_the_dashboard_renders_with_data_in_chromium(superset, tiered, tmp_path):
+    base, password, _ = superset
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1600,1500"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"),
+                              options=options)
+    try:
+        driver.get(base + "/login/")
+        wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, "input#username"), 60, "the login form")
+        driver.find_element(By.CSS_SELECTOR, "input#username").send_keys("admin")
+        driver.find_element(By.CSS_SELECTOR, "input#password").send_keys(password + "\n")
+        wait_for(lambda: "/login" not in driver.current_url, 60, "the login to finish")
+        driver.get(base + "/superset/dashboard/tierlake-tiering/")
+
+        def rendered():
+            text = driver.find_element(By.TAG_NAME, "body").text
+            canvases = driver.find_elements(By.CSS_SELECTOR, ".dashboard-chart canvas, .dashboard-chart svg path")
+            return "payments" in text and "expect_column_values_to_be_between" in text and canvases and \
+                not driver.find_elements(By.CSS_SELECTOR, ".loading")
+
+        wait_for(rendered, 120, "the dashboard's charts to draw")
+        body = driver.find_element(By.TAG_NAME, "body").text
+        assert "Unexpected error" not in body and "No results were returned" not in body.split("Failed rounds")[0]
+        shot = tmp_path / "dashboard.png"
+        driver.save_screenshot(str(shot))
+        assert shot.stat().st_size > 20_000
+        if os.environ.get("TIERLAKE_UPDATE_SCREENSHOTS"):
+            SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(shot, SCREENSHOT)
+    finally:
+        driver.quit()
+
+
+def test_the_docs_screenshot_is_the_shipped_dashboard():
+    assert SCREENSHOT.exists() and SCREENSHOT.stat().st_size > 20_000
+    assert Path("images/superset-dashboard.png").as_posix() in (ROOT / "docs" / "clients.md").read_text()
