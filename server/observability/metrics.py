@@ -124,9 +124,15 @@ _doc("tierlake_gateway_sessions", "gauge", "Client sessions open on the gateway"
 _SESSIONS = Gauge("tierlake_gateway_sessions", "Client sessions open on the gateway", registry=REGISTRY)
 
 
+_SESSION_COUNTS: list[Callable[[], int]] = []
+
+
 def watch_sessions(count: Callable[[], int]) -> None:
-    """The composition root tells the sessions gauge how to count (read at scrape time)."""
-    _SESSIONS.set_function(count)
+    """The composition root tells the sessions gauge how to count (read at scrape time). A process
+    can start more than one server (a restart in place, the tests), and the gauge is their sum: each
+    count answers 0 once its gateway stopped, where replacing the function lost the live one's."""
+    _SESSION_COUNTS.append(count)
+    _SESSIONS.set_function(lambda: sum(c() for c in list(_SESSION_COUNTS)))
 
 
 def split_path(path: Any) -> tuple[str, str]:

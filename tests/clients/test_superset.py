@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import subprocess
 import time
 import urllib.request
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 from tierlake_client.superset.dashboard import SupersetApi, SupersetError
 
+from tests.browser import chromium, screenshot
 from tests.clients.venvs import client_venv
 from tests.conftest import ROOT, free_port, running_workers, wait_for
 
@@ -336,16 +336,9 @@ def test_the_shipped_dashboard_imports_with_one_command_and_its_charts_answer(su
 
 def test_the_dashboard_renders_with_data_in_chromium(superset, tiered, tmp_path):
     base, password, _ = superset
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1600,1500"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"),
-                              options=options)
+    driver = chromium(1600, 1500)
     try:
         driver.get(base + "/login/")
         wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, "input#username"), 60, "the login form")
@@ -363,12 +356,7 @@ def test_the_dashboard_renders_with_data_in_chromium(superset, tiered, tmp_path)
         wait_for(rendered, 120, "the dashboard's charts to draw")
         body = driver.find_element(By.TAG_NAME, "body").text
         assert "Unexpected error" not in body and "No results were returned" not in body.split("Failed rounds")[0]
-        shot = tmp_path / "dashboard.png"
-        driver.save_screenshot(str(shot))
-        assert shot.stat().st_size > 20_000
-        if os.environ.get("TIERLAKE_UPDATE_SCREENSHOTS"):
-            SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(shot, SCREENSHOT)
+        screenshot(driver, tmp_path / "dashboard.png", SCREENSHOT, 20_000)
     finally:
         driver.quit()
 

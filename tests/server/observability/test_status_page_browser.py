@@ -7,13 +7,12 @@ shows its error; with a password file a reader logs in and an unknown user does 
 from __future__ import annotations
 
 import base64
-import os
-import shutil
 import uuid
 from pathlib import Path
 
 import pytest
 
+from tests.browser import chromium, screenshot
 from tests.conftest import running_workers, wait_for
 from tests.server.tiering.conftest import make_due, run, wait_status, wait_tiered
 from tierlake.server.gateway.authz import Authorizer
@@ -25,22 +24,11 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[3]
 SCREENSHOT = ROOT / "docs" / "images" / "status-page.png"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
 
 @pytest.fixture
 def browser():
-    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
-        pytest.skip("Debian's chromium and chromium-driver are not installed (.ci/system-deps installs them)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,900"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver = chromium()
     yield driver
     driver.quit()
 
@@ -121,12 +109,7 @@ def test_the_page_lists_tables_charts_lag_and_shows_the_failure(server, tiered, 
     assert "+X" in payments.find_element(By.CSS_SELECTOR, "td.error").text
     assert orders.find_element(By.CSS_SELECTOR, ".status").text in ("Scheduled", "Tiered", "Pending", "Tiering")
     assert clicks.find_elements(By.CSS_SELECTOR, "td.num")[2].text == "1"  # its pending row
-    shot = tmp_path / "status-page.png"
-    browser.save_screenshot(str(shot))
-    assert shot.stat().st_size > 10_000
-    if os.environ.get("TIERLAKE_UPDATE_SCREENSHOTS"):
-        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(shot, SCREENSHOT)
+    screenshot(browser, tmp_path / "status-page.png", SCREENSHOT, 10_000)
 
     # One table's page: its chart, its rounds, its error.
     orders.find_element(By.CSS_SELECTOR, "a").click()

@@ -15,7 +15,7 @@ plus the pending changes, whatever ran meanwhile.
 
 Rounds run in the test's thread (no worker). The other process of the first
 case is played by a re-pin from tables loaded before the round (what a
-re-pin thread holds while it renders); test_fresh_view_processes.py runs a
+re-pin thread holds while it renders); bench/soak_fresh_view_processes.py runs a
 real tiering service.
 """
 

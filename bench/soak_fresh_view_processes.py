@@ -16,6 +16,11 @@ why the view no longer reads ``all_entries``: FreshEntries.java.) Every
 query of the fresh view must see exactly 1..n for an n at least what was
 committed before it and never smaller than an earlier
 query's: no error, no row twice, none missed, never back.
+
+A soak, not part of the suite: three JVMs on a 2-core machine take minutes,
+and the truncations it waits for come only as fast as the machine lets the
+server's maintenance run (on a loaded CI machine none came in 6 minutes).
+Run it with ``.venv/bin/python -m pytest bench/soak_fresh_view_processes.py``.
 """
 
 from __future__ import annotations
