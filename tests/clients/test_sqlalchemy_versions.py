@@ -36,15 +36,6 @@ def user_table(hive_cursor_module):
     return "orders"
 
 
-@pytest.fixture(scope="module")
-def hive_cursor_module(server):
-    from pyhive import hive
-
-    conn = hive.connect("127.0.0.1", server.gateway.port, username="tester")
-    yield conn.cursor()
-    conn.close()
-
-
 @pytest.fixture(scope="module", params=["1.4", "2"])
 def python(request):
     if request.param == "2":

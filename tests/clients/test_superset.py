@@ -86,15 +86,6 @@ def tiered(server, workers, hive_cursor_module):
 
 
 @pytest.fixture(scope="module")
-def hive_cursor_module(server):
-    from pyhive import hive
-
-    conn = hive.connect("127.0.0.1", server.gateway.port, username="tester")
-    yield conn.cursor()
-    conn.close()
-
-
-@pytest.fixture(scope="module")
 def superset(superset_bin, tmp_path_factory):
     """Superset on a free loopback port: (base URL, admin password, bin dir)."""
     home = tmp_path_factory.mktemp("superset-home")

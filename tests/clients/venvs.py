@@ -8,7 +8,6 @@ distribution gives), so the tests always exercise the current code.
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 import sys
 import time
@@ -41,6 +40,3 @@ def client_venv(name: str, requirements: list[str], timeout: float = 1500) -> Pa
          f"pip install {CLIENT} into {venv}", 300)
     return venv / "bin"
 
-
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]

@@ -17,10 +17,10 @@ from thrift.Thrift import TApplicationException, TMessageType, TType
 from thrift.transport.TSocket import TSocket
 from thrift.transport.TTransport import TBufferedTransport, TMemoryBuffer
 
-from tierlake.server.gateway.protocol import SocketTransport, error_status, ok_status
+from tierlake.server.gateway.protocol import error_status, ok_status
 from tierlake.server.gateway.server import Gateway
 
-from .toy import ROWS_COLUMNS, ToyHandler, toy_row, toy_ts_text
+from .toy import ROWS_COLUMNS, ToyHandler, serving, toy_row, toy_ts_text
 
 V = ttypes.TProtocolVersion
 FETCH_NEXT = ttypes.TFetchOrientation.FETCH_NEXT
@@ -93,35 +93,8 @@ class FakeHiveServer:
 @pytest.fixture(scope="module")
 def fake_backend():
     fake = FakeHiveServer()
-    processor = TCLIService.Processor(fake)
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.2)
-    stop = threading.Event()
-
-    def serve_one(conn):
-        proto = TBinaryProtocol(SocketTransport(conn))
-        try:
-            while True:
-                processor.process(proto, proto)
-        except Exception:  # noqa: BLE001 - any end of the client's stream ends this fake connection
-            conn.close()
-
-    def accept():
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            conn.settimeout(None)
-            threading.Thread(target=serve_one, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    yield fake, listener.getsockname()[1]
-    stop.set()
-    time.sleep(0.3)
-    listener.close()
+    with serving(fake) as port:
+        yield fake, port
 
 
 @pytest.fixture(scope="module")
