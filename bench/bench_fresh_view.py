@@ -14,7 +14,8 @@ deletes and new keys, one commit) after the tiered position:
 ``short`` is measured twice: with nothing pending (right after its round),
 then with the pending changes. Queries, each on the fresh view and on the
 lake table alone, p50 (p95) over ``--runs`` after two warm-up runs, all in
-this process (ratios are what counts on a shared machine). Targets (issue 40):
+this process, the two sides interleaved run by run (ratios are what counts on
+a shared machine). Targets (issue 40):
 
 - key lookup (``WHERE id = …``): fresh ≤ 2× the lake's;
 - ``count(*)`` and a filtered aggregate: fresh ≤ 1.5× the same query on the
@@ -113,9 +114,15 @@ def measure(spark: Any, table: str, key: int, runs: int, results: dict, kind: st
     print(f"# {kind}: the view's stream part is {'incremental' if 'tierlake_inc' in text else 'a FULL SCAN'}",
           file=sys.stderr)
     for label, fresh_query, lake_query, _ in QUERIES:
-        for side, query in (("fresh", fresh_query.format(t=fresh, key=key)),
-                            ("lake", lake_query.format(t=lake, key=key))):
-            results[(kind, label, side)] = sample(lambda q=query: spark.sql(q).collect(), runs)
+        queries = {"fresh": fresh_query.format(t=fresh, key=key), "lake": lake_query.format(t=lake, key=key)}
+        # Interleaved, fresh then lake in each run: a pause of the machine (another process, a GC)
+        # lands on both sides of a ratio instead of on one.
+        for side, query in queries.items():
+            sample(lambda q=query: spark.sql(q).collect(), 0, warmup=2)
+            results[(kind, label, side)] = []
+        for _ in range(runs):
+            for side, query in queries.items():
+                results[(kind, label, side)] += sample(lambda q=query: spark.sql(q).collect(), 1, warmup=0)
 
 
 def check(spark: Any, table: str, rows: int, pending: int, key: int) -> None:

@@ -1,4 +1,4 @@
-"""Tiering rounds against the raw Spark statements they replace (DESIGN §11).
+"""Tiering rounds against the raw Spark statements they replace (docs/design.md, 'Performance targets').
 
     python -m bench.bench_tiering [--rows 1000000] [--runs 10] [--delta 1000]
 
@@ -9,7 +9,7 @@ into a branch, fast-forward = lake commit, report). A round's time is
 ``Worker.tier`` alone; the assigning heartbeat is not in it, except in the
 one-row end-to-end round. Prints a markdown table; each line holds the
 tierlake number, the raw Spark equivalent measured next to it in the same
-process, their ratio, and the DESIGN §11 target:
+process, their ratio, and the target of docs/design.md, 'Performance targets':
 
 1. Log table: tiering N rows already in the stream table (written by Spark
    in 4 commits) vs a bare ``INSERT INTO <plain Iceberg table> SELECT <cols>
@@ -537,7 +537,8 @@ def main() -> None:
         "",
         f"Tiering, in one process on this machine (local[2]); N = {n:,} rows, p50 over {args.runs} runs:",
         "",
-        "| measurement | tierlake | raw Spark equivalent | ratio | target (DESIGN §11; issue 18 where it asks more) |",
+        "| measurement | tierlake | raw Spark equivalent | ratio "
+        "| target (docs/design.md, 'Performance targets'; issue 18 where it asks more) |",
         "|---|---|---|---|---|",
         f"| 1. log table: tier N rows | {fmt_rate(n, log_tier)} | `INSERT INTO … SELECT`: {fmt_rate(n, log_raw)} "
         f"| {log_ratio:.2f}× | {verdict(log_ratio, 0.9, True)} |",

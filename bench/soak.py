@@ -1,4 +1,4 @@
-"""Soak: bounded state over many coordinator commits (DESIGN §12, issue 14).
+"""Soak: bounded state over many coordinator commits (docs/design.md, 'Running for months'; issue 14).
 
     python -m bench.soak [--commits 20000] [--tables 3] [--max-minutes 600] [--out soak.json]
 

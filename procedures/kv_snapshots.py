@@ -1,4 +1,4 @@
-"""KV snapshots of primary-key stream tables and log retention (DESIGN §4)."""
+"""KV snapshots of primary-key stream tables and log retention (docs/design.md, 'KV snapshots')."""
 
 from __future__ import annotations
 

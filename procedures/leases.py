@@ -1,4 +1,4 @@
-"""KV snapshot leases (DESIGN §7): keep KV snapshots from retention while someone reads them."""
+"""KV snapshot leases (docs/design.md, 'Leases'): keep KV snapshots from retention while someone reads them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Data quality of lake tables: validation runs and user expectations (DESIGN §9)."""
+"""Data quality of lake tables: validation runs and user expectations (docs/design.md, 'Data quality')."""
 
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from tierlake.server.runtime import migrations
+from tierlake.server.runtime.metastore import metastore_db
 from tierlake.server.sqlapi import registry
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.sqlapi.roles import READER
@@ -19,8 +21,6 @@ def tierlake_version() -> str:
 @registry.procedure(returns=[("component", "string"), ("version", "string")], role=READER, read_only=True)
 def version(ctx: Context):
     """Versions of tierlake, Spark, Iceberg and the sys schema of this server."""
-    from tierlake.server.runtime import migrations
-
     jvm = ctx.spark.sparkContext._jvm
     try:
         iceberg = str(jvm.org.apache.iceberg.IcebergBuild.version())
@@ -60,8 +60,6 @@ def server_info(ctx: Context):
     serialised: the embedded metastore's compare-and-set, or Iceberg's
     metastore locks (a shared database or a remote metastore service).
     """
-    from tierlake.server.runtime.metastore import metastore_db
-
     conf = ctx.spark.sparkContext.getConf()
     db = metastore_db(ctx.config)
     remote = conf.get("spark.hadoop.hive.metastore.uris")

@@ -15,10 +15,17 @@ from tierlake.procedures import load_builtins
 from tierlake.server.changelog import fresh_view
 from tierlake.server.coordinator.coordinator import Coordinator
 from tierlake.server.exceptions import ConfigError, PortInUseError
+from tierlake.server.gateway.authz import Authorizer, SparkSessions
 from tierlake.server.gateway.handler import CallHandler
 from tierlake.server.gateway.ingest import IngestHandler
+from tierlake.server.gateway.passwords import PasswordFile
+from tierlake.server.gateway.server import Gateway
+from tierlake.server.gateway.sys_reads import SysReads
+from tierlake.server.ingest import ledger
 from tierlake.server.ingest.writer import StreamWriter
-from tierlake.server.observability import metrics
+from tierlake.server.kv.maintenance import KvMaintenance
+from tierlake.server.observability import metrics, sources
+from tierlake.server.observability.http import ObservabilityHttp
 from tierlake.server.runtime import functions as sql_functions
 from tierlake.server.runtime import migrations
 from tierlake.server.runtime.config import Config
@@ -33,6 +40,9 @@ from tierlake.server.runtime.session import (
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.sqlapi.registry import Registry
 from tierlake.server.sqlapi.registry import default as default_registry
+from tierlake.server.tiering.backlog import BacklogProbe
+from tierlake.server.tiering.ctas import recover as recover_ctas
+from tierlake.server.tiering.worker import start_workers
 from tierlake.udfs import load_builtins as load_udfs
 
 log = logging.getLogger("tierlake.server")
@@ -45,10 +55,6 @@ def gateway_from_config(config: Config, handler: Any, backend_port: int, registr
     """The gateway as configured: auth mode, password file (roles), TLS."""
     import ipaddress
     import ssl
-
-    from tierlake.server.gateway.authz import Authorizer
-    from tierlake.server.gateway.passwords import PasswordFile
-    from tierlake.server.gateway.server import Gateway
 
     host = config.text("tierlake.gateway.host")
     password_file = config.text("tierlake.gateway.password-file")
@@ -170,8 +176,6 @@ class Server:
             applied = migrations.migrate(self.spark)
             views = migrations.create_views(self.spark, self.config)
             count = migrations.refresh_procedure_catalog(self.spark, self.registry)
-            from tierlake.server.ingest import ledger
-
             ledger.configure(self.spark, self.config)  # request ids outlive their stream snapshots
             log.info(
                 "sys schema at version %d (applied now: %s); views: %s; %d procedures",
@@ -181,17 +185,14 @@ class Server:
             metrics.TABLES.publish_states(self.coordinator.load()[1].values())  # later: after every commit
             self._recover_ctas()
             self.coordinator.start_ticker(self.config.duration("tierlake.coordinator.interval"))
-            self.housekeeper = Housekeeper(self.spark, self.config)  # bounded sys state (DESIGN §12)
+            # Bounded sys state (docs/design.md, 'Running for months').
+            self.housekeeper = Housekeeper(self.spark, self.config)
             self.housekeeper.start()
-            from tierlake.server.tiering.backlog import BacklogProbe
-
             self.backlog_probe = BacklogProbe(self.spark, self.coordinator)
             probe_every = self.config.duration("tierlake.tiering.lag-probe-interval").total_seconds()
             if probe_every > 0:
                 self.backlog_probe.start(probe_every)
             self.thrift_server = start_thrift_server(self.spark, self.internal_secret)
-            from tierlake.server.gateway.authz import SparkSessions
-
             self.gateway.authorizer.attach(SparkSessions(self.spark, self.thrift_server))
             metastore_port = self.config.int("tierlake.metastore.port")
             if metastore_port is not None:
@@ -199,11 +200,7 @@ class Server:
                 self.metastore_uri = f"thrift://127.0.0.1:{port}"
             self._start_gateway()
             self.http = self._start_http()
-            from tierlake.server.tiering.worker import start_workers
-
             self.workers = start_workers(self, self.config.int("tierlake.tiering.workers"))
-            from tierlake.server.kv.maintenance import KvMaintenance
-
             self.kv_maintenance = KvMaintenance(self)
             self.kv_maintenance.start()
         except BaseException:
@@ -214,9 +211,6 @@ class Server:
 
     def _start_http(self) -> Any:
         """The status page and /metrics on ``tierlake.http.port`` (docs/observability.md), or None when off."""
-        from tierlake.server.observability import sources
-        from tierlake.server.observability.http import ObservabilityHttp
-
         port = self.config.int("tierlake.http.port")
         host = self.config.text("tierlake.gateway.host")
         if port is None:
@@ -235,16 +229,12 @@ class Server:
 
     def _recover_ctas(self) -> None:
         """Roll back CREATE TABLE … AS SELECT statements a previous run left unfinished."""
-        from tierlake.server.tiering.ctas import recover
-
-        for outcome in recover(self.context("tierlake")):
+        for outcome in recover_ctas(self.context("tierlake")):
             log.warning("unfinished CREATE TABLE %s.%s AS SELECT (%s) from the previous run: %s",
                         outcome["database_name"], outcome["table_name"], outcome["ctas_id"], outcome["state"])
 
     def _handler(self) -> Any:
         """CALLs and tiered DDL, behind the gateway's cache of sys reads."""
-        from tierlake.server.gateway.sys_reads import SysReads
-
         reads = SysReads(CallHandler(self.registry, self.context), lambda: self.spark,
                          lambda: ("127.0.0.1", self.thrift_port, self.internal_secret),
                          max_age_s=self.config.duration("tierlake.gateway.status-cache.max-age").total_seconds(),

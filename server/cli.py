@@ -8,15 +8,23 @@ import signal
 import sys
 import threading
 
-from tierlake_client.jdbc import parse_jdbc_url  # noqa: F401 - part of the CLI module's API
+from tierlake_client.jdbc import (
+    connect,
+    parse_jdbc_url,  # noqa: F401 - part of the CLI module's API
+    resolve_password,
+)
 
+from tierlake.server.clients.statements import StatementBuffer
+from tierlake.server.clients.table_format import format_table
 from tierlake.server.exceptions import TierlakeError
+from tierlake.server.gateway import passwords
+from tierlake.server.runtime.config import Config, parse_conf_args
+from tierlake.server.runtime.log_setup import configure_python_logging, redirect_console
 
 
 def _server(args: argparse.Namespace) -> int:
+    # import here: `tierlake sql` and `tierlake passwd` start without loading the engine (200+ modules)
     from tierlake.server.app import Server
-    from tierlake.server.runtime.config import Config, parse_conf_args
-    from tierlake.server.runtime.log_setup import configure_python_logging, redirect_console
 
     config = Config.load(
         home=args.home,
@@ -99,8 +107,7 @@ def _on_stop_signals(stop: threading.Event) -> None:
 
 
 def _tiering_service(args: argparse.Namespace) -> int:
-    from tierlake.server.runtime.config import Config, parse_conf_args
-    from tierlake.server.runtime.log_setup import configure_python_logging, redirect_console
+    # import here: `tierlake sql` and `tierlake passwd` start without loading the engine (200+ modules)
     from tierlake.server.tiering.service import TieringService
 
     config = Config.load(home=args.home or ".tierlake-tiering", config_file=args.config,
@@ -110,8 +117,6 @@ def _tiering_service(args: argparse.Namespace) -> int:
     out = os.fdopen(redirect_console(config.logs_dir), "w", buffering=1)
     err = os.fdopen(saved_err, "w", buffering=1)
     stop = threading.Event()
-    from tierlake_client.jdbc import resolve_password
-
     password = resolve_password(args.password, config.text("tierlake.client.password-file"))
     service = TieringService(config, args.url, args.user, password,
                              ca_file=args.ca_file or config.text("tierlake.client.ssl.ca-file") or None)
@@ -135,9 +140,6 @@ def _tiering_service(args: argparse.Namespace) -> int:
 
 def _passwd(args: argparse.Namespace) -> int:
     import getpass
-
-    from tierlake.server.gateway import passwords
-    from tierlake.server.runtime.config import Config, parse_conf_args
 
     path = args.file
     if not path:
@@ -170,9 +172,6 @@ def _passwd(args: argparse.Namespace) -> int:
 
 def _sql(args: argparse.Namespace) -> int:
     from pyhive import exc
-    from tierlake_client.jdbc import connect, resolve_password
-
-    from tierlake.server.clients.table_format import format_table
 
     try:
         conn = connect(args.url, args.user, resolve_password(args.password), args.ca_file)
@@ -216,8 +215,6 @@ def _interactive(run, url: str) -> None:
     """Statements from the terminal (line editing and history through the
     standard library's ``readline``) or from stdin, each ending with ``;``
     (a statement may span lines); ``\\q`` or end of input quits."""
-    from tierlake.server.clients.statements import StatementBuffer
-
     tty = sys.stdin.isatty()
     history = os.path.expanduser(HISTORY_FILE)
     if tty:

@@ -2,8 +2,32 @@
 ``templates/`` (jinja2) and ``queries/`` (parameterised statements).
 
 Identifiers reach templates only through the ``ident``/``table`` filters
-(quoted by sqlglot); values never reach them: they are bound through Spark's
-named parameter markers (``:name``) when the statement runs.
+(quoted by sqlglot). Values that vary with the data (positions, cut-off times,
+a state table's rows, the database and table a query looks up) are bound
+through Spark's named parameter markers (``:name``) when the statement runs,
+not rendered.
+
+Where a statement cannot take a parameter marker, a template renders the value
+itself, and then only through a filter that makes it one SQL token:
+
+- ``|literal`` (:func:`sql_literal`: a string quoted and escaped by sqlglot;
+  ``None``, booleans and numbers as themselves) for
+
+  - DDL clauses whose value becomes part of a table's or view's stored
+    definition: ``LOCATION``, ``TBLPROPERTIES`` keys and values (the stream
+    table's properties, already checked against the table-property registry,
+    and the lake table's ``tierlake.stream-table``) and a view's ``COMMENT``
+    (``create_stream_table``, ``create_lake_table``, ``fresh_view``);
+  - constants of the code, the same in every statement and never input: the
+    change types ``+I -U +U -D`` and the changelog rule's ``raise_error``
+    message (``tiering_pk_winners``, ``changelog_check``);
+
+- ``|int`` for numbers a stored view pins or a clause takes as a number
+  (snapshot ids and positions of a fresh view, ``VERSION AS OF``, ``LIMIT``).
+
+Column types (``c.type``) are Spark's own type strings of a schema it has
+already parsed. ``tests/sql/test_templates.py`` keeps ``|literal`` to the
+uses above.
 """
 
 from __future__ import annotations

@@ -1,20 +1,26 @@
 """The dependency rules of the tree (docs/architecture.md), checked without a JVM.
 
 The import graph is built from the source with ``ast``: every import counts,
-including those inside functions, so neither a cycle nor a wrong-way import
-can hide behind a function-level import (``if TYPE_CHECKING:`` blocks, which
-never run, are left out). ``import_graph`` is shared by the rules below:
+those inside functions and those under ``if TYPE_CHECKING:`` included, so
+neither a cycle nor a wrong-way import can hide behind either (an annotation
+that names an upper layer is a dependency on it, whether or not it runs).
+``import_graph`` is shared by the rules below:
 
 - no import cycles anywhere;
 - procedures → server → sql: only the composition root imports ``procedures``
   (and ``udfs``), and ``sql`` imports nothing of ours;
 - within ``server/``, a package imports only packages of lower layers
-  (``SERVER_LAYERS``, the table of docs/architecture.md).
+  (``SERVER_LAYERS``, the table of docs/architecture.md);
+- a function-level import of one of our own modules (``tierlake``,
+  ``tierlake_client``) says why it is not at module level, with a comment
+  ``# import here: <reason>`` on its line or on the line above it (or above
+  the run of imports it belongs to).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository root is the package ``tierlake``
@@ -57,19 +63,6 @@ def _imported(node: ast.AST, module: str, is_package: bool, known: set[str]) -> 
     return out
 
 
-def _runtime_nodes(tree: ast.AST):
-    """Every node of ``tree`` except those under ``if TYPE_CHECKING:`` (annotations only, never run)."""
-    todo = [tree]
-    while todo:
-        node = todo.pop()
-        yield node
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                todo.extend(child.orelse)
-                continue
-            todo.append(child)
-
-
 def import_graph() -> dict[str, set[str]]:
     """Module → the tierlake modules it imports, at any level of the file."""
     modules = source_modules()
@@ -78,7 +71,7 @@ def import_graph() -> dict[str, set[str]]:
     for name, path in modules.items():
         tree = ast.parse(path.read_text(), filename=str(path))
         targets: set[str] = set()
-        for node in _runtime_nodes(tree):
+        for node in ast.walk(tree):
             for target in _imported(node, name, path.name == "__init__.py", known):
                 # ``import tierlake.server.kv.snapshots as kv`` → the deepest known module.
                 while target and target not in known:
@@ -165,8 +158,10 @@ def test_the_graph_sees_function_level_and_submodule_imports():
     assert "tierlake.server.changelog.lake_write" in graph
     # ``from tierlake import sql`` names the module ``tierlake.sql``.
     assert "tierlake.sql" in graph["tierlake.server.changelog.lake_write"]
-    # start_workers imports the procedure client inside the function.
-    assert "tierlake.server.clients.procedure_client" in graph["tierlake.server.tiering.worker"]
+    # cli.py imports the composition root inside a function (and says why).
+    assert COMPOSITION_ROOT in graph["tierlake.server.cli"]
+    # ``if TYPE_CHECKING:`` imports count: registration's Context is one.
+    assert "tierlake.server.sqlapi.context" in graph["tierlake.server.coordinator.registration"]
     # The composition root imports the procedures package (and the rule above must see it).
     assert "tierlake.procedures" in graph[COMPOSITION_ROOT]
 
@@ -175,8 +170,6 @@ def test_cycle_finder_reports_a_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [["a", "b", "c", "a"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
-
-
 
 
 COMPOSITION_ROOT = "tierlake.server.app"
@@ -256,3 +249,94 @@ def test_the_layer_rule_catches_upward_and_sideways_imports():
     assert wrong_way({"tierlake.server.kv.leases": {"tierlake.server.quality.suite"}})
     assert not wrong_way({"tierlake.server.gateway.server": {"tierlake.server.runtime.session",
                                                             "tierlake.server.gateway.protocol"}})
+
+
+# ---- function-level imports of our own modules say why ----
+
+OWN_ROOTS = ("tierlake", "tierlake_client")
+# The client distribution's package: its own modules follow the same rule.
+CLIENT_PACKAGE = ROOT / "clients" / "python" / "tierlake_client"
+IMPORT_HERE = re.compile(r"#\s*import here:\s*\S")
+
+
+def _is_own(node: ast.AST) -> bool:
+    if isinstance(node, ast.Import):
+        return any(alias.name.split(".")[0] in OWN_ROOTS for alias in node.names)
+    if isinstance(node, ast.ImportFrom):
+        return bool(node.level) or (node.module or "").split(".")[0] in OWN_ROOTS
+    return False
+
+
+def unexplained_function_imports(source: str, filename: str = "<source>") -> list[str]:
+    """``file:line: statement`` for each function-level import of our own modules with no
+    ``# import here: <reason>`` on its line, on the line above it, or on the line above the
+    run of consecutive imports it is part of."""
+    lines = source.splitlines()
+    out = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            body = getattr(node, field, None)
+            if not isinstance(body, list):
+                continue
+            run_start = None  # first line of the run of imports the current statement belongs to
+            for stmt in body:
+                if isinstance(stmt, ast.Import | ast.ImportFrom):
+                    run_start = stmt.lineno if run_start is None else run_start
+                    if in_function and _is_own(stmt):
+                        own_lines = lines[stmt.lineno - 1:stmt.end_lineno]
+                        above = [lines[n - 2] for n in {stmt.lineno, run_start} if n >= 2]
+                        if not any(IMPORT_HERE.search(line) for line in own_lines + above):
+                            out.append(f"{filename}:{stmt.lineno}: {lines[stmt.lineno - 1].strip()}")
+                else:
+                    run_start = None
+        for child in ast.iter_child_nodes(node):
+            visit(child, in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda))
+
+    visit(ast.parse(source, filename=filename), False)
+    return out
+
+
+def test_function_level_imports_of_our_modules_say_why():
+    paths = [*source_modules().values(), *sorted(CLIENT_PACKAGE.rglob("*.py"))]
+    offenders = [hit for path in paths
+                 for hit in unexplained_function_imports(path.read_text(), str(path.relative_to(ROOT)))]
+    assert not offenders, (
+        "function-level imports of tierlake modules: move them to module level, or write why they cannot be "
+        "there as `# import here: <reason>` on the line above (docs/architecture.md):\n  " + "\n  ".join(offenders))
+
+
+def test_the_import_reason_rule():
+    source = """
+import os
+from tierlake.server import exceptions
+
+
+def a():
+    from tierlake.server.app import Server
+    import json
+    return Server, json
+
+
+def b():
+    # import here: the CLI's client commands must not load the engine
+    from tierlake.server.app import Server
+    from tierlake.server.runtime.config import Config
+
+    from . import sibling  # import here: a reason on the same line
+    return Server, Config, sibling
+
+
+def c():
+    from tierlake.server.app import Server
+
+    # import here: a reason for the next run only
+    from tierlake.server.runtime.config import Config
+    if True:
+        from tierlake_client import jdbc
+    return Server, Config, jdbc
+"""
+    found = unexplained_function_imports(source)
+    assert found == ["<source>:7: from tierlake.server.app import Server",
+                     "<source>:22: from tierlake.server.app import Server",
+                     "<source>:27: from tierlake_client import jdbc"], found

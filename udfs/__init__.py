@@ -10,15 +10,15 @@ which would not see them otherwise). Sys views never call them. Names start
 with ``tierlake_`` so they never shadow a Spark built-in.
 """
 
+import importlib
+
+from tierlake.server.runtime.functions import functions
+
 BUILTIN_MODULES = ["tierlake.udfs.durations", "tierlake.udfs.freshness"]
 
 
 def load_builtins():
     """Import the built-in UDF modules (they register on import); the registry."""
-    import importlib
-
-    from tierlake.server.runtime.functions import functions
-
     for module in BUILTIN_MODULES:
         importlib.import_module(module)
     return functions

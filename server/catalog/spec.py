@@ -1,9 +1,10 @@
-"""What a tiered table is, from its table properties (DESIGN §4)."""
+"""What a tiered table is, from its table properties (docs/design.md, 'Tables')."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tierlake import sql
 from tierlake.server.catalog.properties import (  # the keys' one definition; re-exported for callers
     BUCKETS,
     CHUNK_ROWS,
@@ -87,7 +88,7 @@ class TieredSpec:
 
 
 def quality_mode(value: str | None) -> str:
-    """The data-quality mode of a table: off (default), warn or block (DESIGN §9)."""
+    """The data-quality mode of a table: off (default), warn or block (docs/design.md, 'Data quality')."""
     mode = (value or "off").strip().lower()
     if mode not in QUALITY_MODES:
         raise InvalidArgumentError(f"'{QUALITY}' must be one of {', '.join(QUALITY_MODES)}; got {value!r}")
@@ -96,8 +97,6 @@ def quality_mode(value: str | None) -> str:
 
 def partition_sql(transform: str) -> str:
     """A validated transform rebuilt with a quoted column: ``days(ts)`` → ``days(`ts`)``."""
-    from tierlake import sql
-
     t = parse_transform(transform, LAKE_PARTITION)
     column = sql.quote_ident(t.column)
     if t.width is not None:

@@ -39,6 +39,14 @@ view was pinned (a user's ``expire_snapshots``; a table in ``Failed`` is not
 re-pinned by rounds), the catalog itself falls back to that full scan and
 names it in the plan.
 
+When the pending files hold few rows (``tierlake.fresh.local-merge-rows``) the
+view's other form answers instead: ``tierlake_inc.<db>.<table>.winners_after_…``
+(``pending_after_…`` for a log table, :func:`merged_name`), the pending changes
+merged in the driver while the query is planned and handed to Spark as a local
+relation by an optimizer rule (server/runtime/java/FreshMerge.java), which
+empties whichever form does not answer. A query then runs no stream job, and
+with nothing pending its plan is the lake query's.
+
 The stream table names its view in the internal property
 ``tierlake.fresh-view``, so a round (in the server or a tiering service) finds
 it without the server's settings.
@@ -234,14 +242,34 @@ def _statement(spark: Any, stream: TablePath, lake: TablePath, view: TablePath, 
     after = None if start is None else [INCREMENTAL_CATALOG_NAME, stream.database, stream.table, f"after_{start}"]
     entries = [stream.database, stream.table, "entries"] if after is None else \
         [INCREMENTAL_CATALOG_NAME, stream.database, stream.table, f"entries_after_{start}_at_{position}"]
+    merged = None if after is None else \
+        [INCREMENTAL_CATALOG_NAME, stream.database, stream.table, merged_name(stream_table, spec, start, position)]
     return (sql.render_checked(
         T_FRESH_VIEW, view=[view.database, view.table], lake=[lake.database, lake.table],
-        stream=[stream.database, stream.table], stream_after=after, entries=entries,
+        stream=[stream.database, stream.table], stream_after=after, entries=entries, merged=merged,
         columns=columns, stream_columns=stream_columns, out_names=out_names, lake_absent=lake_absent,
         lake_keys=lake_keys,
         out_keys=out_keys, keys=spec.primary_key, sequence_by=spec.sequence_by,
         change_type=CHANGE_TYPE, lake_snapshot=snapshot_id, position=position, comment=comment,
         pin=pin.text()), pin)
+
+
+def merged_name(stream_table: Any, spec: TieredSpec, start: int, position: int) -> str:
+    """The name of the view's pending changes merged in the driver (server/runtime/java/FreshMerge.java):
+    ``pending_after_<id>_at_<pos>`` for a log table; for a primary-key table
+    ``winners_after_<id>_at_<pos>_keys_<ids>_seq_<id|none>_change_<id|none>``, the key, sequence-by
+    and change-type columns by Iceberg field id (a rename of one does not change what it names)."""
+    if not spec.primary_key:
+        return f"pending_after_{start}_at_{position}"
+    schema = stream_table.schema()
+
+    def field_id(name: str | None) -> str:
+        found = None if name is None else schema.caseInsensitiveFindField(name)
+        return "none" if found is None else str(int(found.fieldId()))
+
+    keys = "".join(f"_{field_id(k)}" for k in spec.primary_key)
+    return f"winners_after_{start}_at_{position}_keys{keys}_seq_{field_id(spec.sequence_by)}" \
+        f"_change_{field_id(CHANGE_TYPE)}"
 
 
 def sync_metastore_text(spark: Any, view: TablePath, expected: Any = True) -> Pin | None | bool:

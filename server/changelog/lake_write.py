@@ -29,9 +29,10 @@ from tierlake import sql
 from tierlake.server.catalog.columns import bucket_field
 from tierlake.server.catalog.spec import CHANGE_TYPE, CHANGE_TYPES, Column, TieredSpec
 from tierlake.server.catalog.table_path import TablePath
-from tierlake.server.changelog import file_copy, lake_schema, validation
+from tierlake.server.changelog import file_copy, lake_schema, validation, write_strategy
 from tierlake.server.changelog.lake_schema import Carried
 from tierlake.server.changelog.planner import Chunk
+from tierlake.server.changelog.write_strategy import WriteStrategy
 from tierlake.server.runtime.jvm import jclass
 from tierlake.server.runtime.session import iceberg_table
 
@@ -40,6 +41,9 @@ log = logging.getLogger("tierlake.tiering")
 T_LOG_APPEND = "templates/tiering_log_append.sql.j2"
 T_PK_MERGE = "templates/tiering_pk_merge.sql.j2"
 T_PK_LOAD = "templates/tiering_pk_load.sql.j2"
+# The statement of each strategy ChangelogWrite runs (write_strategy.py chooses).
+STATEMENTS = {WriteStrategy.LOG_APPEND: T_LOG_APPEND, WriteStrategy.PK_MERGE: T_PK_MERGE,
+              WriteStrategy.PK_LOAD: T_PK_LOAD}
 T_STREAM_FILES = "templates/stream_files.sql.j2"
 COMMIT_USER = "tierlake"
 
@@ -240,11 +244,13 @@ class ChangelogWrite:
 
     def __init__(self, spark: Any, stream: TablePath, spec: TieredSpec, target: list[str], changes: Chunk,
                  columns: list[Carried] | None = None, view_prefix: str = "__tierlake", stream_table: Any = None,
-                 into_empty: bool = False):
+                 strategy: WriteStrategy | None = None):
         self.spark, self.stream, self.spec, self.target, self.changes = spark, stream, spec, target, changes
-        # A primary-key range into a target known to hold no rows (the round's first chunk into a lake
-        # that had no snapshot): its winners appended, see commit().
-        self.into_empty = into_empty and spec.is_primary_key
+        # LOG_APPEND, PK_MERGE or PK_LOAD (a primary-key range into a target known to hold no rows:
+        # its winners appended, see commit()); None: as write_strategy.choose says for the spec.
+        self.strategy = strategy if strategy is not None else write_strategy.choose(spec)
+        if self.strategy not in STATEMENTS:
+            raise ValueError(f"ChangelogWrite does not write {self.strategy}")
         self.stream_table = stream_table  # the round's (server/changelog/round_tables.py); None: loaded here
         # A round fixes its columns once (sync_lake_schema's answer): a column
         # added to the stream mid-round is synced by the next one.
@@ -271,14 +277,14 @@ class ChangelogWrite:
         carried = self.carried + ([lake_schema.change_type_column(spark, stream, table)]
                                   if self.spec.is_primary_key else [])
         _changes(spark, stream, changes, carried, table).createOrReplaceTempView(self.delta_view)
-        if not self.spec.is_primary_key:
-            self.statement = sql.render_checked(T_LOG_APPEND, target=self.target, delta=self.delta_view,
-                                                columns=self.columns)
+        if self.strategy is WriteStrategy.LOG_APPEND:
+            self.statement = sql.render_checked(STATEMENTS[self.strategy], target=self.target,
+                                                delta=self.delta_view, columns=self.columns)
             return
         chunk_files(spark, stream, changes, table).createOrReplaceTempView(self.files_view)
         # The changelog rule is checked inside the MERGE (validation.GUARD); see commit().
         self.statement = sql.render_checked(
-            T_PK_LOAD if self.into_empty else T_PK_MERGE, target=self.target, delta=self.delta_view,
+            STATEMENTS[self.strategy], target=self.target, delta=self.delta_view,
             files=self.files_view, columns=self.columns,
             json_columns=validation.json_columns(spark, self.delta_view, self.columns),
             keys=self.spec.primary_key, sequence_by=self.spec.sequence_by, change_type=CHANGE_TYPE,
@@ -288,7 +294,7 @@ class ChangelogWrite:
         statement = self.statement
 
         def write() -> None:
-            if not self.into_empty:
+            if self.strategy is not WriteStrategy.PK_LOAD:
                 self.spark.sql(statement)
                 return
             # The winners of a bucketed chunk come out of the windows one stream bucket per task,

@@ -1,4 +1,4 @@
-"""Where the lake is, and whether the stream is still the table it tiered (DESIGN §4).
+"""Where the lake is, and whether the stream is still the table it tiered (docs/design.md, 'Log positions').
 
 The lake's tiered position is recorded twice by every tiering lake commit, in
 one metadata commit (:func:`position_properties`, set by the fast-forward in

@@ -17,6 +17,8 @@ from typing import Any
 
 from tierlake_client.procedure_client import Admin, JdbcClient, TableTieringStatus, Transport
 
+from tierlake.server.sqlapi.types import SqlMap, SqlStruct
+
 __all__ = ["Admin", "JdbcClient", "LocalClient", "TableTieringStatus", "Transport"]
 
 
@@ -28,8 +30,6 @@ class LocalClient:
         self.user = user
 
     def call(self, procedure: str, **arguments: Any) -> list[tuple]:
-        from tierlake.server.sqlapi.types import SqlMap, SqlStruct
-
         # The values a CALL statement would parse to: plain dicts are named_structs.
         def convert(value):
             if isinstance(value, list):

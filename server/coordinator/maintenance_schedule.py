@@ -29,6 +29,7 @@ from typing import Any
 from tierlake import sql
 from tierlake.server.coordinator.state_machine import Status
 from tierlake.server.exceptions import FencedEpochError, MaintenanceNotRunError, NotAssignedError, UnknownTableIdError
+from tierlake.server.runtime.settings import duration_default
 from tierlake.server.runtime.state_table import SmallTable
 
 log = logging.getLogger("tierlake.maintenance")
@@ -99,8 +100,6 @@ class MaintenanceSchedule:
     def interval(self) -> timedelta:
         config = self.coordinator.config
         if config is None:
-            from tierlake.server.runtime.settings import duration_default
-
             return duration_default("tierlake.maintenance.interval")
         return config.duration("tierlake.maintenance.interval")
 

@@ -4,7 +4,7 @@
 Spark 3.5 would make a Hive SerDe table of a ``CREATE TABLE`` without
 ``USING``; a statement with ``'table.datalake.enabled'='true'`` instead becomes
 an Iceberg stream table with the right layout, its lake table, and a
-coordinator registration (DESIGN §4).
+coordinator registration (docs/design.md, 'Tables').
 """
 
 from __future__ import annotations

@@ -6,6 +6,17 @@ import logging
 import time
 from collections.abc import Callable
 
+from tierlake.server.catalog import properties as table_properties
+from tierlake.server.catalog.columns import table_columns
+from tierlake.server.catalog.tiered_tables import create_tiered_table
+from tierlake.server.changelog import fresh_view
+from tierlake.server.coordinator.registration import (
+    follow_table_change,
+    iceberg_properties,
+    register_table,
+    rescheduler,
+)
+from tierlake.server.coordinator.state_machine import Status
 from tierlake.server.exceptions import SparkSqlError, SqlSyntaxError, TableExistsError, TierlakeError
 from tierlake.server.gateway import planauth
 from tierlake.server.gateway.callparse import is_sys_call, parse_call
@@ -21,6 +32,7 @@ from tierlake.server.gateway.protocol import LocalResult, SessionInfo
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.sqlapi.registry import Registry
 from tierlake.server.sqlapi.roles import TIERING
+from tierlake.server.tiering.ctas import RESULT_COLUMNS, create_table_as
 
 log = logging.getLogger("tierlake.calls")
 
@@ -143,8 +155,6 @@ class CallHandler:
                 raise SqlSyntaxError("not a statement the gateway runs itself")
             ctx = self.context_factory(session.user)
             run_table_change(ctx.spark, ctx.config, ddl, statement)
-            from tierlake.server.coordinator.registration import follow_table_change
-
             # A dropped stream table is no longer tiered; a renamed one keeps being tiered under its new name.
             follow_table_change(ctx, ddl.table, ddl.renamed_to)
             return LocalResult(columns=[("Result", "string")], rows=[])
@@ -159,10 +169,6 @@ class CallHandler:
         :func:`properties.validate`), run the statement, and reschedule the
         table at once (a shorter freshness must not wait for the end of the
         current interval)."""
-        from tierlake.server.catalog import properties as table_properties
-        from tierlake.server.catalog.columns import table_columns
-        from tierlake.server.coordinator.registration import iceberg_properties, rescheduler
-
         path, properties = parse_tiering_alter(statement)
         ctx = self.context_factory(user)
         columns, existing, iceberg = None, {}, False
@@ -182,20 +188,12 @@ class CallHandler:
 
     def create_tiered(self, statement: str, user: str | None = None) -> LocalResult:
         """``CREATE TABLE … TBLPROPERTIES('table.datalake.enabled'='true')``."""
-        from tierlake.server.catalog.properties import validate
-        from tierlake.server.catalog.tiered_tables import create_tiered_table
-        from tierlake.server.changelog import fresh_view
-        from tierlake.server.coordinator.registration import register_table
-        from tierlake.server.coordinator.state_machine import Status
-
         ctx = self.context_factory(user)
         create = parse_tiered_create(statement)
         # Before anything exists: a bad property must not leave a table behind (CTAS checks its own).
-        validate(create.properties, create.columns or None)
+        table_properties.validate(create.properties, create.columns or None)
         columns = [("table_id", "bigint"), ("table_path", "string"), ("lake_table", "string"), ("status", "string")]
         if create.as_select is not None:
-            from tierlake.server.tiering.ctas import RESULT_COLUMNS, create_table_as
-
             # A column list with AS SELECT never gets here: Spark's parse refuses it first.
             rows = create_table_as(ctx, create.table, create.as_select, create.properties, create.if_not_exists)
             return LocalResult(columns=RESULT_COLUMNS, rows=rows)

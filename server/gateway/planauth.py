@@ -1,4 +1,4 @@
-"""Authorisation on Spark's own parse of a statement (DESIGN.md §13).
+"""Authorisation on Spark's own parse of a statement (docs/design.md, 'Security model').
 
 The gateway never decides on the text. It asks the session's parser (the
 very ``sqlParser`` the Spark Thrift Server runs the statement through) for

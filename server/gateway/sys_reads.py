@@ -53,8 +53,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tierlake import sql
 from tierlake.server.exceptions import SparkSqlError
 from tierlake.server.gateway import planauth
+from tierlake.server.gateway.backend_client import BackendClient
 from tierlake.server.gateway.protocol import LocalResult, SessionInfo
 from tierlake.server.runtime import state_version
 
@@ -357,8 +359,6 @@ class SysReads:
         """Spark's built-in function names, and which sys views are deterministic sys reads."""
         if self._views is not None:
             return
-        from tierlake import sql
-
         spark = self._spark()
         builtins = frozenset(str(r[0]).lower() for r in spark.sql("SHOW SYSTEM FUNCTIONS").collect())
         self._builtins = builtins
@@ -423,8 +423,6 @@ class SysReads:
             return result
 
     def _run(self, statement: str) -> CachedResult:
-        from tierlake.server.gateway.backend_client import BackendClient
-
         with self._lock:
             client = self._pool.pop() if self._pool else None
         if client is None:

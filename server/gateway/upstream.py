@@ -12,6 +12,7 @@ from __future__ import annotations
 import socket
 import time
 
+from tierlake.server.gateway.protocol import SocketTransport
 from tierlake.server.gateway.sasl import _HEADER, COMPLETE, OK, START, SaslServerTransport, recv_exact
 
 
@@ -42,8 +43,6 @@ def connect_upstream(host: str, port: int, user: str | None, secret: str | None,
     """A connected transport to the internal server: SASL with ``secret``,
     or plain Thrift when there is no secret (a gateway in front of a
     server of its own, as in the unit tests)."""
-    from tierlake.server.gateway.protocol import SocketTransport
-
     sock = socket.create_connection((host, port), timeout=timeout)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if secret is None:

@@ -21,6 +21,8 @@ from typing import Any
 
 from tierlake.server.runtime.javaext import STREAM_INGEST
 from tierlake.server.runtime.jvm import jclass
+from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.runtime.settings import duration_default
 from tierlake.server.runtime.state_table import SmallTable
 
 LEDGER = "sys.write_requests"
@@ -29,8 +31,6 @@ RETENTION = "tierlake.write.request-id-retention"
 
 def retention(config: Any = None) -> timedelta:
     if config is None:
-        from tierlake.server.runtime.settings import duration_default
-
         return duration_default(RETENTION)
     return config.duration(RETENTION)
 
@@ -58,7 +58,5 @@ def _timestamp(micros: int) -> datetime:
 
 def configure(spark: Any, config: Any) -> None:
     """Point the process's committers at the ledger (the server's start, after the migrations)."""
-    from tierlake.server.runtime.session import iceberg_table
-
     jclass(STREAM_INGEST, spark.sparkContext._jvm).configureLedger(
         iceberg_table(spark, LEDGER), int(retention(config).total_seconds() * 1000))

@@ -1,4 +1,4 @@
-"""KV snapshot leases (DESIGN §7): who still needs which snapshot, until when.
+"""KV snapshot leases (docs/design.md, 'Leases'): who still needs which snapshot, until when.
 
 A lease is a set of ``(table, bucket) → KV snapshot`` entries with one expiry,
 renewed by every acquire under the same lease id. Entries are rows of

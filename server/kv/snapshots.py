@@ -1,4 +1,4 @@
-"""KV snapshots of primary-key stream tables (DESIGN §4).
+"""KV snapshots of primary-key stream tables (docs/design.md, 'KV snapshots').
 
 A KV snapshot is the key→row state of a stream table at a log position. It
 is kept as one Iceberg snapshot of the table's companion **KV table**
@@ -42,6 +42,7 @@ from tierlake.server.kv.catalog import (
     table_lock,
 )
 from tierlake.server.kv.catalog import properties as kv_properties
+from tierlake.server.runtime import iceberg_maintenance as im
 from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.kv")
@@ -130,8 +131,6 @@ def compact_kv_table(spark: Any, stream: TablePath, catalog: KvCatalog | None = 
     position of the snapshot it compacted and is registered as a KV snapshot
     at that position (same rows, fewer files), so retention expires the
     compacted one like any other and the next snapshot starts from it."""
-    from tierlake.server.runtime import iceberg_maintenance as im
-
     catalog = catalog or KvCatalog(spark)
     with table_lock(stream):
         kv = kv_table_of(kv_properties(spark, stream))

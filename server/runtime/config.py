@@ -23,11 +23,6 @@ DEFAULTS: dict[str, str] = settings.defaults()
 CONFIG_FILE_NAME = "tierlake.conf"
 
 
-def parse_conf_file(path: Path) -> dict[str, str]:
-    """Parse a spark-defaults style file."""
-    return {key: value for key, value, _ in _conf_file_lines(path)}
-
-
 def _conf_file_lines(path: Path) -> list[tuple[str, str, int]]:
     out: list[tuple[str, str, int]] = []
     try:

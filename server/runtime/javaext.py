@@ -68,9 +68,11 @@ SMALL_TABLES = "io.tierlake.internal.SmallTables"
 LAKE_FILES = "io.tierlake.internal.LakeFiles"
 STREAM_INGEST = "io.tierlake.internal.StreamIngest"
 # Compiled against the Iceberg runtime jar (left out when it is missing).
-ICEBERG_SOURCES = {"SmallTables.java", "LakeFiles.java", "StreamIngest.java", "FreshEntries.java"}
+ICEBERG_SOURCES = {"SmallTables.java", "LakeFiles.java", "StreamIngest.java", "FreshEntries.java", "FreshMerge.java"}
 LOCAL_FILE_SYSTEM = "io.tierlake.internal.LocalFileSystem"
 INCREMENTAL_CATALOG = "io.tierlake.internal.IncrementalCatalog"
+FRESH_MERGE = "io.tierlake.internal.FreshMerge"
+FRESH_LOCAL_ROWS_CONF = "spark.tierlake.fresh.local-merge-rows"  # FreshMerge.LOCAL_ROWS_CONF
 CAS_ALTER_HANDLER = "io.tierlake.internal.CasAlterHandler"
 CACHING_OBJECT_STORE = "io.tierlake.internal.CachingObjectStore"
 TXN_HANDLER = "org.apache.hadoop.hive.metastore.txn.TierlakeTxnHandler"

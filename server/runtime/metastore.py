@@ -5,7 +5,7 @@ Embedded Derby (the default) is private to one JVM. ``tierlake.metastore.url``
 process — the server and any number of ``tierlake tiering-service`` processes —
 at one PostgreSQL database instead; each runs Hive's metastore code in its own
 JVM against it, and Hive's lock tables there serialise Iceberg commits across
-all of them (DESIGN.md §2).
+all of them (docs/design.md, 'Commit safety').
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from typing import Any
 from tierlake import sql
 from tierlake.server.exceptions import MigrationError
 from tierlake.server.runtime import state_version
+from tierlake.server.runtime.config import Config
 
 log = logging.getLogger("tierlake.migrations")
 
@@ -116,8 +117,6 @@ def view_params(config: Any = None) -> dict[str, Any]:
 
     ``silent_after_seconds``: half the heartbeat timeout, the heartbeat age past which
     ``sys.lake_tiering_health`` says a job went quiet (the template says why half)."""
-    from tierlake.server.runtime.config import Config
-
     config = config if config is not None else Config.defaults()
     return {"silent_after_seconds": max(1, int(config.seconds("tierlake.tiering.heartbeat-timeout") / 2))}
 

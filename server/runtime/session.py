@@ -1,8 +1,8 @@
 """The SparkSession: Iceberg's SparkSessionCatalog over a Hive metastore.
 
 Everything lives under ``$TIERLAKE_HOME``: the Derby metastore, the warehouse,
-logs and the rebuilt Jackson jar. See DESIGN.md §2 for why each setting is
-what it is.
+logs and the rebuilt Jackson jar. See docs/design.md, 'Stack decisions', for
+why each setting is what it is.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from tierlake.server.runtime.javaext import (
     AUTHZ_CHECK,
     CACHING_OBJECT_STORE,
     CAS_ALTER_HANDLER,
+    FRESH_LOCAL_ROWS_CONF,
+    FRESH_MERGE,
     INCREMENTAL_CATALOG,
     INCREMENTAL_CATALOG_NAME,
     LOCAL_FILE_SYSTEM,
@@ -237,7 +239,10 @@ def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
     settings = {
         "spark.app.name": "tierlake",
         # AuthzCheck: the gateway's second line, on Spark's resolved plans (sessions it bound to a role only).
-        "spark.sql.extensions": f"org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions,{AUTHZ_CHECK}",
+        # FreshMerge: a fresh view's few pending changes merged while the query is planned.
+        "spark.sql.extensions":
+            f"org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions,{AUTHZ_CHECK},{FRESH_MERGE}",
+        FRESH_LOCAL_ROWS_CONF: str(config.int("tierlake.fresh.local-merge-rows")),
         "spark.sql.catalog.spark_catalog": "org.apache.iceberg.spark.SparkSessionCatalog",
         "spark.sql.catalog.spark_catalog.type": "hive",
         # Every JDBC session of the Thrift Server has its own catalog

@@ -160,6 +160,10 @@ SETTINGS: tuple[Setting, ...] = (
     _s("tierlake.lake.database-suffix", "_lake", "str", "lake tables live in `<db><suffix>`"),
     _s("tierlake.fresh.database-suffix", "_fresh", "str",
        "fresh views (lake + changes not tiered yet, docs/tiering.md) live in `<db><suffix>`"),
+    _s("tierlake.fresh.local-merge-rows", "100000", "int",
+       "a fresh view merges its pending changes in the driver while the query is planned when the pending "
+       "files hold at most this many rows (no extra Spark job); above it, with Spark (`0`: always with Spark)",
+       minimum=0),
     _s("tierlake.tiering.heartbeat-timeout", "2 min", "duration",
        "a job silent this long loses its tables (`Failed` → `Pending`)"),
     _s("tierlake.tiering.retry-backoff", "5 s", "duration",

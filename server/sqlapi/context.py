@@ -7,12 +7,22 @@ with only the fields they need.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from tierlake.server.coordinator.coordinator import Coordinator
     from tierlake.server.runtime.config import Config
-    from tierlake.server.sqlapi.registry import Registry
+
+
+class ProcedureLookup(Protocol):
+    """What a procedure reads of the registry its call was looked up in.
+
+    :class:`~tierlake.server.sqlapi.registry.Registry` is one; it imports this
+    module (a procedure's first parameter is a :class:`Context`), so the
+    context names the one method it needs instead of importing it back."""
+
+    def get(self, name: str) -> Any:
+        """The procedure called ``name`` (with or without ``sys.``)."""
+        ...
 
 
 @dataclass
@@ -22,8 +32,12 @@ class Context:
     spark: Any
     config: Config | None = None
     user: str | None = None
-    coordinator: Coordinator | None = None
-    registry: Registry | None = None
+    coordinator: Any = None
+    """The server's :class:`tierlake.server.coordinator.coordinator.Coordinator`, or ``None``.
+    The coordinator is a layer above this one (docs/architecture.md): read it through
+    ``tierlake.server.coordinator.registration.coordinator(ctx)``, which checks it is there
+    and gives it its type."""
+    registry: ProcedureLookup | None = None
     """The registry the call was looked up in (``sys.describe_procedure`` reads it)."""
     jdbc_url: str | None = None
     """The gateway's JDBC URL; ``None`` without a gateway."""

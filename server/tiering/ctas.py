@@ -1,4 +1,4 @@
-"""Atomic ``CREATE TABLE … AS SELECT`` of tiered tables (DESIGN §8, FLIP-305).
+"""Atomic ``CREATE TABLE … AS SELECT`` of tiered tables (FLIP-305; docs/design.md, 'Atomic create-as-select').
 
 :class:`TwoPhaseCreate` is FLIP-305's two-phase catalog table for a tiered
 table. ``begin`` journals the statement, then stages the stream and lake

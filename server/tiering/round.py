@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from tierlake.server.catalog import properties as P
-from tierlake.server.changelog import file_copy, fresh_view, lake_write
+from tierlake.server.changelog import file_copy, fresh_view, lake_write, write_strategy
 from tierlake.server.changelog.lake_schema import Carried
 from tierlake.server.changelog.planner import SOURCE_POSITION, SOURCE_SNAPSHOT, Chunk, Plan
 from tierlake.server.changelog.positions import position_properties
 from tierlake.server.changelog.round_tables import RoundTables
+from tierlake.server.changelog.write_strategy import WriteStrategy
 from tierlake.server.exceptions import FencedEpochError
 from tierlake.server.quality.gate import QualityGate
 from tierlake.server.runtime import faults
@@ -217,34 +218,35 @@ def commit_properties(table_id: int, epoch: int, job_id: str, chunk: Chunk) -> d
 def write_chunk(spark: Any, plan: Plan, chunk: Chunk, branch: str, columns: list[Carried],
                 properties: dict[str, str], point: Callable[[str], None],
                 branch_ready: Callable[[], None] = lambda: None, into_empty: bool = False) -> None:
-    """One chunk as one commit on the branch: a KV snapshot split or a changelog range.
+    """One chunk as one commit on the branch, written the way server/changelog/write_strategy.py
+    chooses (a KV snapshot split, a log table's file copy or append, a primary-key load or MERGE).
 
     ``branch_ready`` returns once the branch exists (it raises if it could not be opened); a
     changelog MERGE is prepared before it is called. ``into_empty``: the branch holds no rows
     (the round's first chunk into a lake that had no snapshot when planned); a primary-key range
     whose lake is bucketed only by the key is then appended rather than merged."""
     target = [plan.lake.database, plan.lake.table, f"branch_{branch}"]
-    if chunk.snapshot is not None:
+    tables = None if chunk.snapshot is not None else _tables(spark, plan)
+
+    def files_copyable() -> bool:
+        branch_ready()  # the copy reads the lake table object that opened the branch (it sees its own commit)
+        return file_copy.usable(spark, tables.stream_table, tables.lake_table, chunk)
+
+    strategy = write_strategy.choose(plan.spec, snapshot_split=chunk.snapshot is not None, into_empty=into_empty,
+                                     files_copyable=files_copyable)
+    if strategy is WriteStrategy.KV_SNAPSHOT_SPLIT:
         branch_ready()
         point("after-plan")
         point("during-write")
         snapshot_split.write_split(spark, plan, chunk.snapshot, target, properties)
         return
-    tables = _tables(spark, plan)
-    # A log table's appends as files (server/changelog/file_copy.py): no Spark job when the lake allows it.
-    # The lake object is the one that opened the branch (it sees its own commit).
-    if not plan.spec.is_primary_key:
-        branch_ready()  # the copy reads the lake table object that opened the branch
-    if not plan.spec.is_primary_key and file_copy.usable(spark, tables.stream_table, tables.lake_table, chunk):
+    if strategy is WriteStrategy.LOG_FILE_COPY:  # server/changelog/file_copy.py: no Spark job
         point("after-plan")
         point("during-write")
         file_copy.append(spark, tables.stream_table, tables.lake_table, chunk, branch, properties)
         return
-    # Partitioned further (table.datalake.partition), an unshuffled append could hold a writer open per
-    # partition in every task: such lakes keep the MERGE, whose write is clustered by partition.
     with lake_write.ChangelogWrite(spark, plan.stream, plan.spec, target, chunk, columns,
-                                   stream_table=tables.stream_table,
-                                   into_empty=into_empty and not plan.spec.lake_partition) as write:
+                                   stream_table=tables.stream_table, strategy=strategy) as write:
         branch_ready()
         point("after-plan")
         point("during-write")

@@ -1,8 +1,8 @@
 """Snapshot splits (seed 003's TieringSnapshotSplit) and the tiering job's leases.
 
 When a primary-key table's lake table must be (re)built and the changelog no
-longer reaches back to the lake's position (log retention, DESIGN §4), a
-round reads the newest KV snapshot — the state at its log position — into the
+longer reaches back to the lake's position (log retention; docs/design.md, 'KV snapshots'),
+a round reads the newest KV snapshot — the state at its log position — into the
 round's branch of the lake table, replacing what was there, then tiers the
 log from that position as usual; ``main`` moves to the branch by the same
 fast-forward, so the rebuild is one atomic lake commit.
@@ -30,6 +30,7 @@ from tierlake.server.changelog.round_tables import RoundTables
 from tierlake.server.exceptions import TieringGuardError, UnknownProcedureError, UnsupportedFeatureError
 from tierlake.server.kv import catalog as kv
 from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.sqlapi.types import SqlMap
 
 log = logging.getLogger("tierlake.tiering")
 
@@ -133,8 +134,6 @@ class JobLeases:
 
     def acquire(self, path: str, split: SnapshotSplit) -> bool:
         """Lease the split's snapshot for every bucket; False if it is no longer available."""
-        from tierlake.server.sqlapi.types import SqlMap
-
         rows = self._call("acquire_lease", lease_id=self.lease_id, table=path,
                           snapshots=SqlMap({b: split.snapshot_id for b in range(split.buckets)}))
         if rows is None:

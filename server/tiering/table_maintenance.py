@@ -1,4 +1,4 @@
-"""Managed maintenance of a lake table and its stream table (DESIGN §12).
+"""Managed maintenance of a lake table and its stream table (docs/design.md, 'Running for months').
 
 Runs in a tiering worker inside the table's assignment, after a round and
 before the round is reported finished (:func:`after_round`), so no round of
@@ -72,8 +72,11 @@ from tierlake.server.changelog import fresh_view
 from tierlake.server.changelog.positions import summary as _summary
 from tierlake.server.coordinator.maintenance_schedule import MaintenanceAction
 from tierlake.server.ingest import ledger
+from tierlake.server.kv import catalog as kv
 from tierlake.server.kv.catalog import kv_table_of
 from tierlake.server.kv.log_retention import retention_bound
+from tierlake.server.kv.maintenance import snapshot_interval
+from tierlake.server.kv.snapshots import compact_kv_table, take_snapshot
 from tierlake.server.observability import metrics
 from tierlake.server.runtime import iceberg_maintenance as im
 from tierlake.server.runtime.javaext import STREAM_INGEST
@@ -272,10 +275,6 @@ def kv_snapshot_for_bound(spark: Any, stream: TablePath, props: dict[str, str], 
     changelog back to the newest KV snapshot (the state can be rebuilt from
     it), which at a high write rate is many snapshots between periodic ones.
     Not with ``kv.snapshot.interval = 0`` (KV snapshots only on demand)."""
-    from tierlake.server.kv import catalog as kv
-    from tierlake.server.kv.maintenance import snapshot_interval
-    from tierlake.server.kv.snapshots import take_snapshot
-
     if snapshot_interval(props, config).total_seconds() <= 0:
         action.detail = "skipped: kv.snapshot.interval is 0"
         return
@@ -297,8 +296,6 @@ def kv_snapshot_for_bound(spark: Any, stream: TablePath, props: dict[str, str], 
 
 
 def compact_kv(spark: Any, stream: TablePath, action: Action) -> None:
-    from tierlake.server.kv.snapshots import compact_kv_table
-
     done = compact_kv_table(spark, stream)
     if done is None:
         action.detail = "skipped: nothing to compact"

@@ -85,6 +85,24 @@ CASES = {
         columns=[Column("order_id", "bigint"), Column("ts", "timestamp")],
         stream_columns=["order_id", "ts"], keys=["order_id"], sequence_by="ts", change_type=CHANGE_TYPE,
         lake_snapshot=4242, position=17, comment="fresh view of shop.orders", pin="5:17:4242")),
+    # What the server renders: the pending changes as one relation (FreshMerge.java replaces it at planning).
+    "fresh_view_log_merged": ("templates/fresh_view.sql.j2", dict(
+        view=["shop_fresh", "events"], lake=["shop_lake", "events"], stream=["shop", "events"],
+        stream_after=["tierlake_inc", "shop", "events", "after_9001"],
+        entries=["tierlake_inc", "shop", "events", "entries_after_9001_at_17"],
+        merged=["tierlake_inc", "shop", "events", "pending_after_9001_at_17"],
+        columns=[Column("id", "bigint"), Column("note", "string")],
+        stream_columns=["id", None], keys=[], sequence_by=None, change_type=CHANGE_TYPE,
+        lake_snapshot=4242, position=17, comment="fresh view of shop.events", pin="5:17:4242")),
+    "fresh_view_pk_merged": ("templates/fresh_view.sql.j2", dict(
+        view=["shop_fresh", "orders"], lake=["shop_lake", "orders"], stream=["shop", "orders"],
+        stream_after=["tierlake_inc", "shop", "orders", "after_9001"],
+        entries=["tierlake_inc", "shop", "orders", "entries_after_9001_at_17"],
+        merged=["tierlake_inc", "shop", "orders", "winners_after_9001_at_17_keys_1_seq_2_change_3"],
+        columns=[Column("order_id", "bigint"), Column("ts", "timestamp")],
+        stream_columns=["order_id", "ts"], keys=["order_id"], sequence_by="ts", change_type=CHANGE_TYPE,
+        lake_keys=["order_id"], out_keys=["order_id"],
+        lake_snapshot=4242, position=17, comment="fresh view of shop.orders", pin="5:17:4242")),
     # No snapshot at the position to read after (expired, or no tierlake_inc): every stream file is scanned.
     "fresh_view_log_full_scan": ("templates/fresh_view.sql.j2", dict(
         view=["shop_fresh", "events"], lake=["shop_lake", "events"], stream=["shop", "events"], stream_after=None,
@@ -140,3 +158,24 @@ def test_hostile_partition_transforms_are_refused():
     for bad in ["days(ts)); DROP TABLE x; --", "bucket(x, id)", "nosuch(ts)", "days(a, b)"]:
         with pytest.raises(InvalidArgumentError):
             partition_sql(bad)
+
+
+# What ``|literal`` may render (sql/__init__.py says why): DDL values stored in a definition, and constants.
+LITERAL_USES = {
+    "create_stream_table.sql.j2": {"location", "key", "value"},
+    "create_lake_table.sql.j2": {"location", "stream"},
+    "fresh_view.sql.j2": {"comment"},
+    "tiering_pk_winners.sql.j2": {"change_types", "guard"},
+    "changelog_check.sql.j2": {"change_types"},
+}
+
+
+def test_literal_renders_only_what_sql_init_allows():
+    found: dict[str, set[str]] = {}
+    for path in sorted((Path(sql.SQL_DIR)).rglob("*.j2")):
+        text = path.read_text()
+        names = set(re.findall(r"\{\{-?\s*([\w.]+)\s*\|\s*literal\b", text))
+        names |= set(re.findall(r"\{\{-?\s*([\w.]+)\s*\|\s*map\(\s*['\"]literal['\"]\s*\)", text))
+        if names or re.search(r"literal\b", re.sub(r"\{#.*?#\}", "", text, flags=re.S)):
+            found[path.name] = names
+    assert found == LITERAL_USES, "a new |literal use: bind the value (:name) or say in sql/__init__.py why not"

@@ -38,6 +38,7 @@ from sqlalchemy import exc, text, types, util
 from sqlalchemy.engine import URL, reflection
 from sqlalchemy.sql import compiler
 
+from tierlake_client import jdbc
 from tierlake_client import sqltext as sqlfiles
 
 # URL query options, as `tierlake sql` and Hive JDBC name them.
@@ -223,10 +224,8 @@ class TierlakeDialect(HiveDialect):
         }
 
     def connect(self, *cargs: Any, **cparams: Any):
-        from tierlake_client.jdbc import connect, resolve_password
-
-        cparams["password"] = resolve_password(cparams.get("password"))
-        return connect(*cargs, **cparams)
+        cparams["password"] = jdbc.resolve_password(cparams.get("password"))
+        return jdbc.connect(*cargs, **cparams)
 
     def do_execute(self, cursor, statement, parameters, context=None):
         # SQLAlchemy hands PyHive an empty dict for statements without

@@ -55,9 +55,36 @@ public final class FreshEntries {
   /** The pending files of {@code sparkTable} (Iceberg's SparkTable) after snapshot {@code after}. */
   public static org.apache.spark.sql.connector.read.ScanBuilder scanBuilder(Object sparkTable, long after,
                                                                           long position) {
-    Table table = ((SparkTable) sparkTable).table();
-    List<String> paths = new ArrayList<>();
-    List<Long> sequences = new ArrayList<>();
+    Files pending = pending(((SparkTable) sparkTable).table(), after, position);
+    String[] paths = new String[pending.files.size()];
+    for (int i = 0; i < paths.length; i++) paths[i] = pending.files.get(i).location();
+    return new Rows(paths, pending.sequences.stream().mapToLong(Long::longValue).toArray());
+  }
+
+  /** Pending data files, each with its data sequence number (the commit it came in). */
+  static final class Files {
+    final List<DataFile> files = new ArrayList<>();
+    final List<Long> sequences = new ArrayList<>();
+    // From the appends after the start snapshot (false: every live file above the position).
+    boolean incremental;
+  }
+
+  /**
+   * The files the appends after {@code after} added, oldest commit first; where those snapshots
+   * were expired, every live data file whose data sequence number is above {@code position}.
+   */
+  /** Whether the current snapshot reaches {@code after} through parents that were not expired. */
+  static boolean reaches(Table table, long after) {
+    Snapshot snapshot = table.currentSnapshot();
+    while (snapshot != null && snapshot.snapshotId() != after) {
+      Long parent = snapshot.parentId();
+      snapshot = parent == null ? null : table.snapshot(parent);
+    }
+    return snapshot != null;
+  }
+
+  static Files pending(Table table, long after, long position) {
+    Files pending = new Files();
     List<Snapshot> appends = new ArrayList<>();
     boolean reached = false;
     Snapshot snapshot = table.currentSnapshot();
@@ -71,11 +98,13 @@ public final class FreshEntries {
       snapshot = parent == null ? null : table.snapshot(parent);
     }
     if (snapshot != null && snapshot.snapshotId() == after) reached = true;
+    pending.incremental = reached;
     if (reached) {
-      for (Snapshot append : appends) {
+      for (int i = appends.size() - 1; i >= 0; i--) {
+        Snapshot append = appends.get(i);
         for (DataFile file : append.addedDataFiles(table.io())) {
-          paths.add(file.location());
-          sequences.add(append.sequenceNumber());
+          pending.files.add(file);
+          pending.sequences.add(append.sequenceNumber());
         }
       }
     } else {
@@ -83,15 +112,15 @@ public final class FreshEntries {
         for (FileScanTask task : tasks) {
           Long sequence = task.file().dataSequenceNumber();
           if (sequence != null && sequence > position) {
-            paths.add(task.file().location());
-            sequences.add(sequence);
+            pending.files.add(task.file());
+            pending.sequences.add(sequence);
           }
         }
       } catch (java.io.IOException e) {
         throw new java.io.UncheckedIOException(e);
       }
     }
-    return new Rows(paths.toArray(new String[0]), sequences.stream().mapToLong(Long::longValue).toArray());
+    return pending;
   }
 
   /** The rows, in one partition (a few per pending commit). */

@@ -52,6 +52,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 public final class IncrementalCatalog implements TableCatalog {
   private static final Pattern AFTER = Pattern.compile("after_(\\d+)");
   private static final Pattern ENTRIES_AFTER = Pattern.compile("entries_after_(\\d+)(?:_at_(\\d+))?");
+  private static final Pattern MERGED = Pattern.compile(
+      "(winners|pending)_after_(\\d+)_at_(\\d+)(?:_keys((?:_\\d+)+)_seq_(\\d+|none)_change_(\\d+|none))?");
   private static final String SESSION_CATALOG = "spark_catalog";
   private String name;
 
@@ -62,6 +64,8 @@ public final class IncrementalCatalog implements TableCatalog {
   public Table loadTable(Identifier ident) throws NoSuchTableException {
     Matcher entries = ENTRIES_AFTER.matcher(ident.name());
     if (entries.matches()) return entriesAfter(ident, entries.group(1), entries.group(2));
+    Matcher merged = MERGED.matcher(ident.name());
+    if (merged.matches()) return merged(ident, merged);
     Matcher m = AFTER.matcher(ident.name());
     String[] ns = ident.namespace();
     if (ns.length != 2 || !m.matches()) throw new NoSuchTableException(ident);
@@ -94,6 +98,46 @@ public final class IncrementalCatalog implements TableCatalog {
   }
 
   /**
+   * {@code winners_after_<id>_at_<pos>_keys_<ids>_seq_<id|none>_change_<id|none>} and
+   * {@code pending_after_<id>_at_<pos>}: a fresh view's pending changes, merged in the driver
+   * (FreshMerge.java, compiled with Iceberg).
+   */
+  private Table merged(Identifier ident, Matcher m) throws NoSuchTableException {
+    String[] ns = ident.namespace();
+    boolean keyed = "winners".equals(m.group(1));
+    if (ns.length != 2 || keyed != (m.group(4) != null)) throw new NoSuchTableException(ident);
+    TableCatalog session = (TableCatalog)
+        SparkSession.active().sessionState().catalogManager().catalog(SESSION_CATALOG);
+    Table stream = session.loadTable(Identifier.of(new String[] {ns[0]}, ns[1]));
+    if (!"iceberg".equalsIgnoreCase(stream.properties().get("provider"))) {
+      throw new IllegalArgumentException(ns[0] + "." + ns[1] + " is not an Iceberg table");
+    }
+    int[] keys = null;
+    int sequenceBy = -1;
+    int change = -1;
+    if (keyed) {
+      String[] ids = m.group(4).substring(1).split("_");
+      keys = new int[ids.length];
+      for (int i = 0; i < ids.length; i++) keys[i] = Integer.parseInt(ids[i]);
+      sequenceBy = "none".equals(m.group(5)) ? -1 : Integer.parseInt(m.group(5));
+      change = "none".equals(m.group(6)) ? -1 : Integer.parseInt(m.group(6));
+    }
+    try {
+      java.lang.reflect.Method table = Class.forName("io.tierlake.internal.FreshMerge").getMethod("table",
+          Object.class, Object.class, String[].class, String.class, long.class, long.class, int[].class, int.class,
+          int.class);
+      return (Table) table.invoke(null, stream, this, ns, name + "." + ident,
+          Long.parseLong(m.group(2)), Long.parseLong(m.group(3)), keys, sequenceBy, change);
+    } catch (java.lang.reflect.InvocationTargetException e) {
+      Throwable cause = e.getCause();
+      if (cause instanceof RuntimeException) throw (RuntimeException) cause;
+      throw new IllegalStateException(cause);
+    } catch (ReflectiveOperationException e) {
+      throw new IllegalStateException("fresh views need tierlake's classes compiled with Iceberg", e);
+    }
+  }
+
+  /**
    * {@code tierlake_inc.`db`.`t`.`entries_after_<id>_at_<position>`}: the
    * pending files with their data sequence numbers, which a fresh view joins
    * to order changes across commits (FreshEntries.java: computed from the
@@ -108,57 +152,74 @@ public final class IncrementalCatalog implements TableCatalog {
     if (ns.length != 2) throw new NoSuchTableException(ident);
     TableCatalog session = (TableCatalog)
         SparkSession.active().sessionState().catalogManager().catalog(SESSION_CATALOG);
-    Table stream = session.loadTable(Identifier.of(new String[] {ns[0]}, ns[1]));
-    if (!"iceberg".equalsIgnoreCase(stream.properties().get("provider"))) {
-      throw new IllegalArgumentException(ns[0] + "." + ns[1] + " is not an Iceberg table");
-    }
-    boolean empty = after.equals(stream.properties().get("current-snapshot-id"));
+    Identifier streamIdent = Identifier.of(new String[] {ns[0]}, ns[1]);
     if (position != null) {
       try {
         java.lang.reflect.Method scan = Class.forName("io.tierlake.internal.FreshEntries")
             .getMethod("scanBuilder", Object.class, long.class, long.class);
         StructType schema = (StructType) Class.forName("io.tierlake.internal.FreshEntries")
             .getField("SCHEMA").get(null);
-        return new Computed(stream, scan, schema, Long.parseLong(after), Long.parseLong(position), empty,
+        return new Computed(session, streamIdent, scan, schema, Long.parseLong(after), Long.parseLong(position),
             name + "." + ident);
       } catch (ReflectiveOperationException e) {
         // FreshEntries not compiled (no Iceberg jar): all_entries below
       }
     }
+    Table stream = session.loadTable(streamIdent);
+    if (!"iceberg".equalsIgnoreCase(stream.properties().get("provider"))) {
+      throw new IllegalArgumentException(ns[0] + "." + ns[1] + " is not an Iceberg table");
+    }
+    boolean empty = after.equals(stream.properties().get("current-snapshot-id"));
     Table entries = session.loadTable(Identifier.of(new String[] {ns[0], ns[1]}, "all_entries"));
     return new Entries(entries, empty, name + "." + ident);
   }
 
-  /** FreshEntries' rows, computed when the scan is built (the query's planning). */
+  /**
+   * FreshEntries' rows, computed when the scan is built (the query's planning). The stream is
+   * loaded then too, not when the view is resolved: the schema is fixed, and a fresh view whose
+   * pending changes are merged in the driver (FreshMerge.java) never builds this scan.
+   */
   static final class Computed implements SupportsRead {
-    private final Table stream;
+    private final TableCatalog session;
+    private final Identifier streamIdent;
     private final java.lang.reflect.Method scan;
     private final StructType schema;
     private final long after;
     private final long position;
-    private final boolean empty;
     private final String name;
 
-    Computed(Table stream, java.lang.reflect.Method scan, StructType schema, long after, long position,
-             boolean empty, String name) {
-      this.stream = stream;
+    Computed(TableCatalog session, Identifier streamIdent, java.lang.reflect.Method scan, StructType schema,
+             long after, long position, String name) {
+      this.session = session;
+      this.streamIdent = streamIdent;
       this.scan = scan;
       this.schema = schema;
       this.after = after;
       this.position = position;
-      this.empty = empty;
       this.name = name;
     }
 
     @Override public String name() { return name; }
     @Override public StructType schema() { return schema; }
     @Override public Transform[] partitioning() { return new Transform[0]; }
-    @Override public Map<String, String> properties() { return stream.properties(); }
+    @Override public Map<String, String> properties() { return new HashMap<>(); }
     @Override public Set<TableCapability> capabilities() { return EnumSet.of(TableCapability.BATCH_READ); }
 
     @Override
     public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
-      if (empty) return new EmptyScanBuilder(schema);
+      Table stream;
+      try {
+        stream = session.loadTable(streamIdent);
+      } catch (NoSuchTableException e) {
+        throw new IllegalStateException(e);
+      }
+      if (!"iceberg".equalsIgnoreCase(stream.properties().get("provider"))) {
+        throw new IllegalArgumentException(streamIdent + " is not an Iceberg table");
+      }
+      // Nothing committed after the position: no rows (the view's stream part is empty too).
+      if (Long.toString(after).equals(stream.properties().get("current-snapshot-id"))) {
+        return new EmptyScanBuilder(schema);
+      }
       try {
         return (ScanBuilder) scan.invoke(null, stream, after, position);
       } catch (java.lang.reflect.InvocationTargetException e) {

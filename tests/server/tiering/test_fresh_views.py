@@ -24,6 +24,7 @@ is a step hypothesis chooses.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import shutil
 import threading
@@ -39,6 +40,7 @@ from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import parse_table_path
 from tierlake.server.changelog import fresh_view, planner
 from tierlake.server.changelog.positions import lake_position
+from tierlake.server.runtime.javaext import FRESH_LOCAL_ROWS_CONF
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.tiering import table_maintenance
 from tierlake.server.tiering.round import run_round
@@ -74,7 +76,26 @@ def literal(value) -> str:
 
 
 def rows_of(spark, table: str) -> list[tuple]:
-    return sorted(tuple(r) for r in spark.sql(f"SELECT id, v, seq FROM {table}").collect())
+    """The table's rows; a fresh view is read both ways, which must agree: its pending changes merged
+    in the driver while the query is planned (FreshMerge.java, the default for few pending rows) and
+    merged by Spark (its distributed form, forced by a local-merge limit of 0)."""
+    rows = sorted(tuple(r) for r in spark.sql(f"SELECT id, v, seq FROM {table}").collect())
+    if f"{DB}_fresh." in table:
+        with local_merge_rows(spark, 0):
+            distributed = sorted(tuple(r) for r in spark.sql(f"SELECT id, v, seq FROM {table}").collect())
+        assert distributed == rows, f"{table}: merged by Spark {distributed}, in the driver {rows}"
+    return rows
+
+
+@contextlib.contextmanager
+def local_merge_rows(spark, limit: int):
+    """This session's ``tierlake.fresh.local-merge-rows`` (FreshMerge reads it at planning)."""
+    before = spark.conf.get(FRESH_LOCAL_ROWS_CONF)
+    spark.conf.set(FRESH_LOCAL_ROWS_CONF, str(limit))
+    try:
+        yield
+    finally:
+        spark.conf.set(FRESH_LOCAL_ROWS_CONF, before)
 
 
 # A batch: (key, value, change type); a primary-key batch orders its changes
@@ -102,6 +123,58 @@ def test_fresh_view_equals_everything_committed_then_the_lake(hive_cursor, spark
         assert rows_of(spark, fresh) == expected, f"after {s!r}"
     force_round(spark, table)
     assert rows_of(spark, fresh) == rows_of(spark, lake) == expected
+
+
+def test_the_last_change_per_key_wins_across_and_within_pending_commits(hive_cursor, spark):
+    """Several pending commits change the same keys: a later commit wins over a larger sequence-by
+    value of an earlier one, within a commit the larger sequence-by value wins, -U rows are no
+    change of their own, a -D removes the lake's row; both forms of the view (rows_of)."""
+    name = f"order{next(_counter)}"
+    table = create(hive_cursor, name, pk=True)
+    commits: list[list[Change]] = []
+    commit_batches(spark, table, True, [[(1, 1.0, "+I"), (2, 1.0, "+I"), (3, 1.0, "+I"), (4, 1.0, "+I")]],
+                   commits, [])
+    force_round(spark, table)
+    commit_batches(spark, table, True, [
+        [(9, 0.5, "+I"), (1, 2.0, "+U"), (2, 2.0, "+U")],   # key 1 at sequence-by 1
+        [(1, 3.0, "+U"), (2, 4.0, "+U"), (2, 5.0, "+U")],   # key 1 at 0: the later commit still wins
+        [(3, 6.0, "+U"), (3, 1.0, "-U"), (4, 0.0, "-D")],
+    ], commits, [])
+    stream, lake, fresh = paths(table)
+    expected = sorted(replay(commits, sequence_by=True).state.values())
+    assert expected == [(1, 3.0, 0), (2, 5.0, 2), (3, 6.0, 0), (9, 0.5, 0)]
+    assert rows_of(spark, fresh) == expected
+    assert sorted(spark.sql(f"SELECT id, v FROM {fresh} WHERE id IN (1, 4)").collect()) == [(1, 3.0)]
+
+
+def optimized(spark, query: str) -> str:
+    return spark.sql(query)._jdf.queryExecution().optimizedPlan().toString()
+
+
+@pytest.mark.parametrize("pk", [False, True], ids=["log", "pk"])
+def test_what_is_not_pending_is_planned_as_the_lake_query(hive_cursor, spark, pk):
+    """Nothing pending: the view's plan is the lake's (no stream read, join or window). Pending
+    changes: a lookup of a key that none of them touches is still planned as the lake's."""
+    name = f"plan{next(_counter)}_{'pk' if pk else 'log'}"
+    table = create(hive_cursor, name, pk)
+    stream, lake, fresh = paths(table)
+    commits: list[list[Change]] = []
+    logged: list[tuple] = []
+    commit_batches(spark, table, pk, [[(1, 1.0, "+I"), (2, 1.0, "+I")]], commits, logged)
+    force_round(spark, table)
+    for query in (f"SELECT * FROM {fresh}", f"SELECT count(*) FROM {fresh}", f"SELECT * FROM {fresh} WHERE id = 2"):
+        plan = optimized(spark, query)
+        assert not any(word in plan for word in ("Join", "Window", "Union", "tierlake_inc", "LocalRelation")), plan
+        assert f"{lake.database}.{lake.table}" in plan
+    commit_batches(spark, table, pk, [[(3, 3.0, "+I")]], commits, logged)
+    plan = optimized(spark, f"SELECT * FROM {fresh} WHERE id = 2")
+    assert not any(word in plan for word in ("Join", "Window", "Union", "tierlake_inc", "LocalRelation")), plan
+    # A pending key, or every row: no stream read and no join (the pending keys are a set the
+    # lake's scan tests: FreshMerge.SmallAntiJoin), one Spark job.
+    for query in (f"SELECT * FROM {fresh} WHERE id = 3", f"SELECT count(*) FROM {fresh}"):
+        plan = optimized(spark, query)
+        assert "LocalRelation" in plan and not any(word in plan for word in ("tierlake_inc", "Join")), plan
+    assert rows_of(spark, f"(SELECT * FROM {fresh} WHERE id >= 2)") == [(2, 1.0, 1), (3, 3.0, 0)]
 
 
 def test_no_row_twice_or_missed_while_rounds_commit(hive_cursor, spark):
@@ -243,6 +316,12 @@ def stream_rows_read(spark, query: str, stream) -> tuple[int, int]:
     return total, scans
 
 
+def merged_files(spark, stream) -> list[str]:
+    """The files FreshMerge.java read for ``stream``'s fresh view, the last time it merged in the driver."""
+    merge = spark.sparkContext._jvm.io.tierlake.internal.FreshMerge
+    return list(merge.lastRead(f"{stream.database}.{stream.table}"))
+
+
 @pytest.mark.parametrize("pk", [False, True], ids=["log", "pk"])
 def test_stream_part_reads_only_the_files_after_the_position(hive_cursor, spark, tmp_path, pk):
     """A long history tiered, a few pending changes: the fresh view's stream
@@ -263,8 +342,16 @@ def test_stream_part_reads_only_the_files_after_the_position(hive_cursor, spark,
     assert start is not None and f"after_{start}" in view_text(spark, fresh)
     assert rows_of(spark, fresh) == expected
 
-    # Each scan of the stream part reads the 2 pending rows; a full scan reads the 30 of the history too.
-    rows, scans = stream_rows_read(spark, f"SELECT count(*) FROM {fresh}", stream)
+    # Merged in the driver: no stream scan, and only the pending files opened.
+    pending = {unquote(urlparse(r[0]).path) for r in spark.sql(f"SELECT file_path FROM {table}.files").collect()}
+    pending -= set(tiered)
+    assert stream_rows_read(spark, f"SELECT count(*) FROM {fresh}", stream) == (0, 0)
+    opened = {unquote(urlparse(f).path) for f in merged_files(spark, stream)}
+    assert opened == pending and len(pending) >= 1
+    # Merged by Spark: each scan of the stream part reads the 2 pending rows; a full scan reads the
+    # 30 of the history too.
+    with local_merge_rows(spark, 0):
+        rows, scans = stream_rows_read(spark, f"SELECT count(*) FROM {fresh}", stream)
     assert scans >= 1 and rows == 2 * scans
     full_view = f"{DB}_fresh.{name}_full"
     spark.sql(fresh_view.render(spark, stream, lake, parse_table_path(full_view), incremental=False))

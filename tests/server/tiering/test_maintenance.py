@@ -1,4 +1,4 @@
-"""Running for months (DESIGN §12): bounded sys state after many coordinator
+"""Running for months (docs/design.md, 'Running for months'): bounded sys state after many coordinator
 commits, and managed maintenance of lake and stream tables next to rounds."""
 
 from __future__ import annotations

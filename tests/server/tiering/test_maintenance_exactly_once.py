@@ -1,4 +1,4 @@
-"""Exactly-once through the maintenance a user can run (issue 14, DESIGN §4):
+"""Exactly-once through the maintenance a user can run (issue 14; docs/design.md, 'Log positions'):
 Iceberg's own compaction, manifest rewrites and expiry on the lake and the
 stream table, a user DELETE on the stream, a stream table dropped and created
 again. Rounds are driven one at a time (no background workers): small tables,

@@ -1,4 +1,4 @@
-"""Scale-out as DESIGN §1 draws it: one server, several `tierlake
+"""Scale-out as docs/design.md, 'Processes', draws it: one server, several `tierlake
 tiering-service` processes, a shared PostgreSQL metastore, a Spark
 standalone cluster. Everything runs as users run it (subprocesses, loopback)."""
 

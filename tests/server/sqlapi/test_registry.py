@@ -152,7 +152,7 @@ def test_the_extension_example_of_the_docs_registers_and_runs(tmp_path, monkeypa
     from tierlake.server.runtime.config import Config
     from tierlake.server.sqlapi import registry as shared
 
-    text = (Path(__file__).resolve().parents[2] / "docs" / "procedures.md").read_text()
+    text = (Path(__file__).resolve().parents[3] / "docs" / "procedures.md").read_text()
     block = re.search(r"```python\n(.*?)```", text, re.S).group(1)
     (tmp_path / "myco_procs.py").write_text(block)
     monkeypatch.syspath_prepend(str(tmp_path))
