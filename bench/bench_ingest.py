@@ -151,7 +151,7 @@ class Sampler:
                 return
 
     def sample(self) -> dict:
-        from tierlake.server.runtime.iceberg_maintenance import data_file_counts, snapshot_count
+        from tierlake.server.runtime.iceberg_actions import data_file_counts, snapshot_count
         from tierlake.server.runtime.session import iceberg_table
 
         spark = self.server.spark

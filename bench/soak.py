@@ -133,8 +133,8 @@ def main() -> None:
     spark = server.spark
     from tierlake.server.clients.procedure_client import LocalClient
     from tierlake.server.coordinator import state_machine
-    from tierlake.server.runtime import housekeeping
     from tierlake.server.runtime.session import iceberg_table
+    from tierlake.server.state import housekeeping
 
     client = LocalClient(server)
     spark.sql("CREATE DATABASE IF NOT EXISTS soak")

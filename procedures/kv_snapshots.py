@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from tierlake.server.catalog.table_path import parse_table_path
-from tierlake.server.kv import catalog, retention
 from tierlake.server.kv import log_retention as logretention
+from tierlake.server.kv import retention, snapshot_catalog
 from tierlake.server.kv import snapshots as kv
 from tierlake.server.sqlapi import registry
 from tierlake.server.sqlapi.context import Context
@@ -30,7 +30,8 @@ def kv_snapshot(ctx: Context, table: str):
     path = parse_table_path(table, ctx.spark.catalog.currentDatabase())
     snap, created = kv.take_snapshot(ctx.spark, path)
     if created:
-        retention.expire(ctx.spark, path, retention.num_retained(catalog.properties(ctx.spark, path), ctx.config))
+        props = snapshot_catalog.properties(ctx.spark, path)
+        retention.expire(ctx.spark, path, retention.num_retained(props, ctx.config))
     return [(str(path), snap.snapshot_id, snap.log_position, snap.created_at, created)]
 
 
@@ -49,7 +50,7 @@ def expire_kv_snapshots(ctx: Context, table: str, retain: int | None = None):
     """
     path = parse_table_path(table, ctx.spark.catalog.currentDatabase())
     if retain is None:
-        retain = retention.num_retained(catalog.primary_key_spec(ctx.spark, path)[0], ctx.config)
+        retain = retention.num_retained(snapshot_catalog.primary_key_spec(ctx.spark, path)[0], ctx.config)
     return [
         (str(path), s.snapshot_id, s.log_position, outcome) for s, outcome in retention.expire(ctx.spark, path, retain)
     ]

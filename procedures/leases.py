@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tierlake.server.catalog.table_path import parse_table_path
-from tierlake.server.kv import catalog as kv
+from tierlake.server.kv import snapshot_catalog as kv
 from tierlake.server.kv.leases import DEFAULT_DURATION, RESULT_COLUMNS, Leases
 from tierlake.server.runtime.durations import parse_duration
 from tierlake.server.sqlapi import registry

@@ -10,11 +10,11 @@ from tierlake.server.coordinator.registration import coordinator, iceberg_proper
 from tierlake.server.exceptions import InvalidArgumentError, NoSuchTableError
 from tierlake.server.quality import gx, suite
 from tierlake.server.runtime.config import Config
-from tierlake.server.runtime.state_table import SmallTable
 from tierlake.server.sqlapi import registry
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.sqlapi.roles import ADMIN, WRITER
 from tierlake.server.sqlapi.types import JsonObject
+from tierlake.server.state.state_table import SmallTable
 
 RESULT_COLUMNS = [
     ("run_id", "string"), ("expectation", "string"), ("success", "boolean"), ("observed_value", "string"),

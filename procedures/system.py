@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from tierlake.server.runtime import migrations
 from tierlake.server.runtime.metastore import metastore_db
 from tierlake.server.sqlapi import registry
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.sqlapi.roles import READER
+from tierlake.server.state import migrations
 
 
 def tierlake_version() -> str:

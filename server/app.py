@@ -23,13 +23,10 @@ from tierlake.server.gateway.server import Gateway
 from tierlake.server.gateway.sys_reads import SysReads
 from tierlake.server.ingest import ledger
 from tierlake.server.ingest.writer import StreamWriter
-from tierlake.server.kv.maintenance import KvMaintenance
+from tierlake.server.maintenance.kv_tables import KvMaintenance
 from tierlake.server.observability import metrics, sources
 from tierlake.server.observability.http import ObservabilityHttp
-from tierlake.server.runtime import functions as sql_functions
-from tierlake.server.runtime import migrations
 from tierlake.server.runtime.config import Config
-from tierlake.server.runtime.housekeeping import Housekeeper
 from tierlake.server.runtime.session import (
     HomeLock,
     build_spark,
@@ -37,9 +34,12 @@ from tierlake.server.runtime.session import (
     start_metastore_service,
     start_thrift_server,
 )
+from tierlake.server.sqlapi import functions as sql_functions
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.sqlapi.registry import Registry
 from tierlake.server.sqlapi.registry import default as default_registry
+from tierlake.server.state import migrations
+from tierlake.server.state.housekeeping import Housekeeper
 from tierlake.server.tiering.backlog import BacklogProbe
 from tierlake.server.tiering.ctas import recover as recover_ctas
 from tierlake.server.tiering.worker import start_workers

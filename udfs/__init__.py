@@ -1,7 +1,7 @@
 """SQL functions (Python UDFs) every session of the server can call.
 
 Each module registers its functions with
-:data:`tierlake.server.runtime.functions.functions` on import;
+:data:`tierlake.server.sqlapi.functions.functions` on import;
 ``BUILTIN_MODULES`` lists the built-in ones. User extensions (modules named
 in the ``tierlake.extensions`` setting) register the same way. The server
 registers them into the driver's SparkSession at start and into every JDBC
@@ -12,7 +12,7 @@ with ``tierlake_`` so they never shadow a Spark built-in.
 
 import importlib
 
-from tierlake.server.runtime.functions import functions
+from tierlake.server.sqlapi.functions import functions
 
 BUILTIN_MODULES = ["tierlake.udfs.durations", "tierlake.udfs.freshness"]
 

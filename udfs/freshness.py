@@ -6,7 +6,7 @@ import time
 from datetime import datetime
 
 from tierlake.server.runtime.durations import parse_duration
-from tierlake.server.runtime.functions import functions
+from tierlake.server.sqlapi.functions import functions
 
 
 def freshness_lag(last_tiered_time: datetime | None, freshness: str | None, now: float | None = None) -> float | None:

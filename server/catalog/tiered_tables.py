@@ -13,7 +13,7 @@ from tierlake.server.catalog.spec import CHANGE_TYPE, Column, TieredSpec, data_c
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.exceptions import InvalidArgumentError, TierlakeError
 from tierlake.server.runtime.config import Config
-from tierlake.server.runtime.iceberg_maintenance import METADATA_PROPERTIES
+from tierlake.server.runtime.iceberg_actions import METADATA_PROPERTIES
 from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.tables")

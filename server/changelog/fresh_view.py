@@ -30,7 +30,7 @@ The stream part is an incremental read, ``tierlake_inc.<db>.<table>.after_<P>``
 (server/runtime/java/IncrementalCatalog.java): only the files the appends
 after the stream snapshot ``P`` at the position added, so its cost follows
 what is not tiered yet. It needs ``P`` and every snapshot after it: stream
-snapshot expiry re-pins the view first (server/tiering/table_maintenance.py).
+snapshot expiry re-pins the view first (server/maintenance/tables.py).
 Where there is no such ``P`` (nothing tiered yet, the snapshot expired) or the
 session lacks the catalog, the view scans every stream file and keeps those
 committed after the position (the same rows, at a cost that follows the
@@ -128,7 +128,7 @@ def repin_if_schema_changed(spark: Any, stream: TablePath, lake: TablePath) -> b
     The view names the stream's columns, so after a RENAME COLUMN it fails until it is re-pinned; a
     round re-pins it (an idle table's too), but a table in ``Failed`` has no rounds, and an idle one
     only within its freshness interval. The server's KV maintenance calls this for every registered
-    table (server/kv/maintenance.py): one metastore read when nothing changed."""
+    table (server/maintenance/kv_tables.py): one metastore read when nothing changed."""
     view = view_of(spark, stream)
     pin = None if view is None else current_pin(spark, view)
     if pin is None or not pin.stream_schema:
@@ -360,7 +360,7 @@ def current_pin(spark: Any, view: TablePath) -> Pin | None:
 
 def pinned_lake_snapshot(spark: Any, stream: TablePath) -> int | None:
     """The lake snapshot the stream's fresh view reads now (None: no view, or its pin is unknown):
-    lake snapshot expiry keeps it (server/tiering/table_maintenance.py)."""
+    lake snapshot expiry keeps it (server/maintenance/tables.py)."""
     view = view_of(spark, stream)
     pin = None if view is None else current_pin(spark, view)
     return None if pin is None or pin.lake_snapshot < 0 else pin.lake_snapshot

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from tierlake.server.catalog.table_path import TablePath
-from tierlake.server.runtime import iceberg_maintenance as im
+from tierlake.server.runtime import iceberg_actions as im
 from tierlake.server.runtime.jvm import string_map
 from tierlake.server.runtime.session import iceberg_table
 

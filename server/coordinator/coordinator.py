@@ -33,7 +33,7 @@ from tierlake.server.coordinator.state_machine import Policy, Status, TableState
 from tierlake.server.observability import metrics
 from tierlake.server.runtime import periodic
 from tierlake.server.runtime.config import Config
-from tierlake.server.runtime.state_table import SmallTable
+from tierlake.server.state.state_table import SmallTable
 
 log = logging.getLogger("tierlake.coordinator")
 

@@ -7,7 +7,7 @@ answers, and hands the round rows to this writer, which appends whatever has
 accumulated in one commit (many rounds, many tables) on its own thread.
 
 What a reader sees: the gateway settles pending history before it answers a
-statement that names ``sys`` (:func:`server.runtime.state_version.settle`),
+statement that names ``sys`` (:func:`server.state.state_version.settle`),
 so a client never sees a round's state change without its history row.
 What a crash may lose: rows of rounds that finished in the moment before a
 ``kill -9`` whose append had not committed yet (normally well under a
@@ -28,7 +28,7 @@ import threading
 import uuid
 from typing import Any
 
-from tierlake.server.runtime import state_version
+from tierlake.server.state import state_version
 
 log = logging.getLogger("tierlake.coordinator")
 

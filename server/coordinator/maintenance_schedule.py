@@ -30,7 +30,7 @@ from tierlake import sql
 from tierlake.server.coordinator.state_machine import Status
 from tierlake.server.exceptions import FencedEpochError, MaintenanceNotRunError, NotAssignedError, UnknownTableIdError
 from tierlake.server.runtime.settings import duration_default
-from tierlake.server.runtime.state_table import SmallTable
+from tierlake.server.state.state_table import SmallTable
 
 log = logging.getLogger("tierlake.maintenance")
 

@@ -19,7 +19,7 @@ from tierlake.server.coordinator.state_machine import Status, TableState
 from tierlake.server.exceptions import NoSuchTableError
 from tierlake.server.runtime.jvm import string_map
 from tierlake.server.runtime.session import iceberg_table
-from tierlake.server.runtime.state_table import SmallTable
+from tierlake.server.state.state_table import SmallTable
 
 if TYPE_CHECKING:
     from tierlake.server.coordinator.coordinator import Coordinator

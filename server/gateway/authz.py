@@ -28,8 +28,8 @@ from tierlake.server.gateway import parsecost, planauth
 from tierlake.server.gateway.callparse import is_sys_call, parse_call
 from tierlake.server.gateway.passwords import PasswordFile
 from tierlake.server.gateway.planauth import Requirement
-from tierlake.server.runtime.functions import _cli_service
 from tierlake.server.sqlapi import roles as R
+from tierlake.server.sqlapi.functions import _cli_service
 from tierlake.server.sqlapi.registry import default as default_registry
 
 log = logging.getLogger("tierlake.gateway")

@@ -1,5 +1,6 @@
-"""DDL the gateway answers itself: ``CREATE TABLE`` of tiered tables and
-``ALTER TABLE … SET TBLPROPERTIES`` of tiering properties.
+"""Recognising the DDL the engine runs for the gateway: ``CREATE TABLE`` of
+tiered tables and ``ALTER TABLE … SET TBLPROPERTIES`` of tiering properties,
+read into the commands of server/tiering/ddl.py, which runs them.
 
 Spark 3.5 would make a Hive SerDe table of a ``CREATE TABLE`` without
 ``USING``; a statement with ``'table.datalake.enabled'='true'`` instead becomes
@@ -9,8 +10,6 @@ coordinator registration (docs/design.md, 'Tables').
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
@@ -19,16 +18,7 @@ from tierlake.server.catalog.properties import BUCKETS, ENABLED, PRIMARY_KEY, SE
 from tierlake.server.catalog.spec import Column
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.exceptions import InvalidArgumentError, SqlSyntaxError
-
-
-@dataclass
-class TieredCreate:
-    table: TablePath
-    columns: list[Column]
-    properties: dict[str, str]
-    if_not_exists: bool
-    as_select: str | None
-
+from tierlake.server.tiering.ddl import TieredCreate
 
 # Substrings of every key that may name a tiering property, misspelt ones
 # included ('table.datalake.enable', 'primary_key', 'bucket_num'): a CREATE

@@ -1,7 +1,8 @@
-"""``DROP TABLE`` and ``ALTER TABLE … RENAME TO`` of a tiered table (or one
-that has a fresh view; docs/tiering.md, "Fresh views"): the gateway runs the
-statement, then drops the view or re-creates it under the new name, and the
-handler removes the table's registration or moves it to the new name.
+"""Recognising ``DROP TABLE`` and ``ALTER TABLE … RENAME TO`` of a tiered table
+(or one that has a fresh view; docs/tiering.md, "Fresh views"): the gateway
+hands such a statement to the engine (server/tiering/ddl.py, ``change``), which
+runs it, then drops the view or re-creates it under the new name, and removes
+the table's registration or moves it to the new name.
 
 What the statement is comes from Spark's own parse, in the session that runs
 it (a second parser could read ``/* /*+ */ SELECT 1 -- */ DROP TABLE d.t``
@@ -13,23 +14,13 @@ DROP or RENAME goes to Spark unchanged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from tierlake.server.catalog.properties import ENABLED, FRESH_VIEW_PROPERTY
 from tierlake.server.catalog.table_path import TablePath
-from tierlake.server.catalog.tiered_tables import lake_of
-from tierlake.server.changelog import fresh_view
-from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.tiering.ddl import TableChange
 
 SESSION_CATALOG = "spark_catalog"
 DROP, RENAME = "DropTable", "RenameTable"  # Spark's plan classes
-
-
-@dataclass(frozen=True)
-class TableChange:
-    table: TablePath
-    renamed_to: TablePath | None  # None: DROP TABLE
 
 
 def _path(parts: list[str]) -> TablePath | None:
@@ -101,25 +92,3 @@ def spark_root(jsession: Any, statement: str) -> str | None:
         return str(spark_parse(jsession, statement).getClass().getSimpleName())
     except Exception:  # noqa: BLE001 - relayed: Spark answers with its own parse error
         return None
-
-
-def has_fresh_view(spark: Any, table: TablePath) -> bool:
-    """The table exists and is tiered or names a fresh view (a cheap metadata read, only for DROP/RENAME
-    statements): the gateway runs the statement and keeps the view and the registration in step."""
-    try:
-        props = dict(iceberg_table(spark, table.quoted).properties())
-    except Exception:  # noqa: BLE001 - not an Iceberg table, or no such table: Spark answers the statement
-        return False
-    return FRESH_VIEW_PROPERTY in props or str(props.get(ENABLED, "")).lower() == "true"
-
-
-def run_table_change(spark: Any, config: Any, change: TableChange, statement: str) -> None:
-    """Run ``statement``, then drop the fresh view, or move it with the renamed table."""
-    props = {str(k): str(v) for k, v in dict(iceberg_table(spark, change.table.quoted).properties()).items()}
-    view = fresh_view.view_of(spark, change.table)
-    spark.sql(statement)
-    if view is not None:
-        fresh_view.drop_view(spark, view)
-    if change.renamed_to is not None:
-        # The lake table keeps its name (the stream table's property says which it is).
-        fresh_view.create(spark, config, change.renamed_to, lake_of(config, change.table, props))

@@ -1,4 +1,5 @@
-"""The gateway's statement handler: ``CALL sys.*`` runs Python procedures."""
+"""The gateway's statement handler: ``CALL sys.*`` runs Python procedures; tiered DDL, recognised
+here on Spark's parse, runs in the engine (server/tiering/ddl.py, one entry point: ``run``)."""
 
 from __future__ import annotations
 
@@ -6,33 +7,16 @@ import logging
 import time
 from collections.abc import Callable
 
-from tierlake.server.catalog import properties as table_properties
-from tierlake.server.catalog.columns import table_columns
-from tierlake.server.catalog.tiered_tables import create_tiered_table
-from tierlake.server.changelog import fresh_view
-from tierlake.server.coordinator.registration import (
-    follow_table_change,
-    iceberg_properties,
-    register_table,
-    rescheduler,
-)
-from tierlake.server.coordinator.state_machine import Status
-from tierlake.server.exceptions import SparkSqlError, SqlSyntaxError, TableExistsError, TierlakeError
+from tierlake.server.exceptions import SparkSqlError, SqlSyntaxError, TierlakeError
 from tierlake.server.gateway import planauth
 from tierlake.server.gateway.callparse import is_sys_call, parse_call
 from tierlake.server.gateway.ddl import may_be_tiering_ddl, parse_tiered_create, parse_tiering_alter
-from tierlake.server.gateway.fresh_ddl import (
-    has_fresh_view,
-    may_change_table,
-    run_table_change,
-    spark_root,
-    spark_table_change,
-)
+from tierlake.server.gateway.fresh_ddl import may_change_table, spark_root, spark_table_change
 from tierlake.server.gateway.protocol import LocalResult, SessionInfo
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.sqlapi.registry import Registry
 from tierlake.server.sqlapi.roles import TIERING
-from tierlake.server.tiering.ctas import RESULT_COLUMNS, create_table_as
+from tierlake.server.tiering import ddl as tiered_ddl
 
 log = logging.getLogger("tierlake.calls")
 
@@ -138,7 +122,7 @@ class CallHandler:
     def _fresh_view_change(self, statement: str):
         """DROP/RENAME of a tiered table or one with a fresh view (server/gateway/fresh_ddl.py)."""
         change = spark_table_change(self._jsession(), statement)
-        if change is None or not has_fresh_view(self.context_factory(None).spark, change.table):
+        if change is None or not tiered_ddl.has_fresh_view(self.context_factory(None).spark, change.table):
             return None
         return change
 
@@ -153,59 +137,24 @@ class CallHandler:
                 return self.alter_tiering(statement, user=session.user)
             if ddl is None:
                 raise SqlSyntaxError("not a statement the gateway runs itself")
-            ctx = self.context_factory(session.user)
-            run_table_change(ctx.spark, ctx.config, ddl, statement)
-            # A dropped stream table is no longer tiered; a renamed one keeps being tiered under its new name.
-            follow_table_change(ctx, ddl.table, ddl.renamed_to)
-            return LocalResult(columns=[("Result", "string")], rows=[])
+            return self._run(ddl, statement, session.user)
         except TierlakeError:
             raise
         except Exception as e:
             raise spark_error(e) from e
 
+    def _run(self, command: tiered_ddl.Command, statement: str, user: str | None) -> LocalResult:
+        result = tiered_ddl.run(self.context_factory(user), command, statement, user)
+        return LocalResult(columns=result.columns, rows=result.rows)
+
     def alter_tiering(self, statement: str, user: str | None = None) -> LocalResult:
-        """``ALTER TABLE … SET TBLPROPERTIES ('table.datalake.…' = …)``: check the
-        values (with the table's other properties and its columns, see
-        :func:`properties.validate`), run the statement, and reschedule the
-        table at once (a shorter freshness must not wait for the end of the
-        current interval)."""
+        """``ALTER TABLE … SET TBLPROPERTIES ('table.datalake.…' = …)`` (server/tiering/ddl.py, ``alter``)."""
         path, properties = parse_tiering_alter(statement)
-        ctx = self.context_factory(user)
-        columns, existing, iceberg = None, {}, False
-        if ctx.spark.catalog.tableExists(path.quoted):  # else Spark's own error, from the statement
-            columns = table_columns(ctx.spark, path)
-            try:
-                existing, iceberg = table_properties.user_properties(iceberg_properties(ctx.spark, path)), True
-            except Exception:  # noqa: BLE001 - not an Iceberg table: nothing of it is tiered
-                pass
-        table_properties.validate(properties, columns)  # what the statement sets, first
-        table_properties.validate({**existing, **properties}, columns)  # then together (sequence-by needs primary-key)
-        ctx.spark.sql(statement)
-        if iceberg:
-            rescheduler(ctx, path)
-        log.info("tiering properties of %s changed by %s: %s", path, user, properties)
-        return LocalResult(columns=[("Result", "string")], rows=[])
+        return self._run(tiered_ddl.TieringAlter(path, properties), statement, user)
 
     def create_tiered(self, statement: str, user: str | None = None) -> LocalResult:
-        """``CREATE TABLE … TBLPROPERTIES('table.datalake.enabled'='true')``."""
-        ctx = self.context_factory(user)
-        create = parse_tiered_create(statement)
-        # Before anything exists: a bad property must not leave a table behind (CTAS checks its own).
-        table_properties.validate(create.properties, create.columns or None)
-        columns = [("table_id", "bigint"), ("table_path", "string"), ("lake_table", "string"), ("status", "string")]
-        if create.as_select is not None:
-            # A column list with AS SELECT never gets here: Spark's parse refuses it first.
-            rows = create_table_as(ctx, create.table, create.as_select, create.properties, create.if_not_exists)
-            return LocalResult(columns=RESULT_COLUMNS, rows=rows)
-        if ctx.spark.catalog.tableExists(create.table.quoted):
-            if not create.if_not_exists:
-                raise TableExistsError(f"table {create.table} already exists")
-            return LocalResult(columns=columns, rows=[])
-        lake = create_tiered_table(ctx.spark, ctx.config, create.table, create.columns, create.properties)
-        state, _ = register_table(ctx, create.table, lake, Status.NEW)
-        fresh_view.create(ctx.spark, ctx.config, create.table, lake)
-        log.info("created tiered table %s (id %d) by %s", create.table, state.table_id, user)
-        return LocalResult(columns=columns, rows=[(state.table_id, str(create.table), str(lake), state.status.value)])
+        """``CREATE TABLE … TBLPROPERTIES('table.datalake.enabled'='true')`` (server/tiering/ddl.py, ``create``)."""
+        return self._run(parse_tiered_create(statement), statement, user)
 
     def call(self, statement: str, user: str | None = None) -> LocalResult:
         """Parse and run one CALL; also used in-process (Admin API, tests)."""

@@ -26,7 +26,7 @@ same text, as long as that state has not changed since:
   column types are identical by construction. Concurrent misses of one text
   wait for one Spark query.
 - **How fresh.** Each entry records the process's ``sys`` state version
-  (:mod:`server.runtime.state_version`) it was computed at; the version is
+  (:mod:`server.state.state_version`) it was computed at; the version is
   bumped after every commit to a ``sys`` table in this process (the
   coordinator, leases, KV catalog, CTAS journal, quality results: all
   through ``SmallTable``; the tiering service in other processes reaches the
@@ -58,7 +58,7 @@ from tierlake.server.exceptions import SparkSqlError
 from tierlake.server.gateway import planauth
 from tierlake.server.gateway.backend_client import BackendClient
 from tierlake.server.gateway.protocol import LocalResult, SessionInfo
-from tierlake.server.runtime import state_version
+from tierlake.server.state import state_version
 
 log = logging.getLogger("tierlake.gateway")
 

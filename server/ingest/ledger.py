@@ -23,7 +23,7 @@ from tierlake.server.runtime.javaext import STREAM_INGEST
 from tierlake.server.runtime.jvm import jclass
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.runtime.settings import duration_default
-from tierlake.server.runtime.state_table import SmallTable
+from tierlake.server.state.state_table import SmallTable
 
 LEDGER = "sys.write_requests"
 RETENTION = "tierlake.write.request-id-retention"

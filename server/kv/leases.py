@@ -24,10 +24,10 @@ from typing import Any
 
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.exceptions import InvalidArgumentError, UnsupportedFeatureError
-from tierlake.server.kv.catalog import KvCatalog, kv_table_of, primary_key_spec
-from tierlake.server.runtime import migrations
+from tierlake.server.kv.snapshot_catalog import KvCatalog, kv_table_of, primary_key_spec
 from tierlake.server.runtime.session import iceberg_table
-from tierlake.server.runtime.state_table import SmallTable
+from tierlake.server.state import migrations
+from tierlake.server.state.state_table import SmallTable
 
 log = logging.getLogger("tierlake.leases")
 

@@ -15,8 +15,8 @@ from typing import Any
 from tierlake.server.catalog import properties as P
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.exceptions import InvalidArgumentError
-from tierlake.server.kv.catalog import NUM_RETAINED, KvCatalog, KvSnapshot, table_lock, utcnow
 from tierlake.server.kv.leases import Leases
+from tierlake.server.kv.snapshot_catalog import NUM_RETAINED, KvCatalog, KvSnapshot, table_lock, utcnow
 from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.kv")

@@ -2,7 +2,7 @@
 
 A KV snapshot is the key→row state of a stream table at a log position. It
 is kept as one Iceberg snapshot of the table's companion **KV table**
-(:mod:`tierlake.server.kv.catalog`), bucketed like the stream table. The KV
+(:mod:`tierlake.server.kv.snapshot_catalog`), bucketed like the stream table. The KV
 snapshot id *is* that Iceberg snapshot id; one snapshot covers every bucket,
 so a lease on ``bucket → id`` names the same id for each bucket. The
 snapshot's summary records the stream position (``tierlake.kv.log-position``)
@@ -27,7 +27,7 @@ from tierlake.server.catalog.tiered_tables import create_lake_table
 from tierlake.server.changelog import lake_write
 from tierlake.server.changelog.planner import range_chunk, summary
 from tierlake.server.exceptions import InvalidArgumentError, TieringGuardError
-from tierlake.server.kv.catalog import (
+from tierlake.server.kv.snapshot_catalog import (
     KV_OF_PROPERTY,
     KV_POSITION,
     KV_STREAM_SNAPSHOT,
@@ -41,8 +41,8 @@ from tierlake.server.kv.catalog import (
     primary_key_spec,
     table_lock,
 )
-from tierlake.server.kv.catalog import properties as kv_properties
-from tierlake.server.runtime import iceberg_maintenance as im
+from tierlake.server.kv.snapshot_catalog import properties as kv_properties
+from tierlake.server.runtime import iceberg_actions as im
 from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.kv")

@@ -30,7 +30,7 @@ from tierlake.server.changelog.planner import SOURCE_POSITION
 from tierlake.server.changelog.planner import summary as summary_of
 from tierlake.server.quality import gx
 from tierlake.server.runtime.session import iceberg_table
-from tierlake.server.runtime.state_table import SmallTable
+from tierlake.server.state.state_table import SmallTable
 
 log = logging.getLogger("tierlake.quality")
 

@@ -11,7 +11,7 @@ jar in jars.py. They go on the driver's class path:
 - ``io.tierlake.internal.SecretAuthenticator`` is the internal Spark Thrift
   Server's custom authentication provider (only the gateway gets in);
 - ``io.tierlake.internal.SmallTables`` reads and rewrites the small ``sys``
-  tables without a Spark job (server/runtime/state_table.py);
+  tables without a Spark job (server/state/state_table.py);
 - ``io.tierlake.internal.LakeFiles`` tiers a log table's appends by copying
   their data files into the lake, without a Spark job
   (server/changelog/file_copy.py), and lists the data files of a

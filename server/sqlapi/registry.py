@@ -39,8 +39,8 @@ from tierlake.server.exceptions import (
     TierlakeError,
     UnknownProcedureError,
 )
-from tierlake.server.runtime.docstrings import parse_docstring
 from tierlake.server.sqlapi.context import Context
+from tierlake.server.sqlapi.docstrings import parse_docstring
 from tierlake.server.sqlapi.roles import ADMIN, check_role
 from tierlake.server.sqlapi.types import coerce, sql_type
 

@@ -28,7 +28,7 @@ from typing import Any
 from tierlake.server.observability import metrics
 from tierlake.server.runtime import periodic
 from tierlake.server.runtime.session import iceberg_table
-from tierlake.server.runtime.state_table import SmallTable
+from tierlake.server.state.state_table import SmallTable
 
 log = logging.getLogger("tierlake.tiering")
 

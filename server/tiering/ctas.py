@@ -52,7 +52,7 @@ from tierlake.server.exceptions import (
 )
 from tierlake.server.runtime import faults, operations
 from tierlake.server.runtime.session import iceberg_table
-from tierlake.server.runtime.state_table import SmallTable
+from tierlake.server.state.state_table import SmallTable
 from tierlake.server.tiering.round import run_round
 
 log = logging.getLogger("tierlake.ctas")

@@ -28,7 +28,7 @@ from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.changelog import lake_write, planner
 from tierlake.server.changelog.round_tables import RoundTables
 from tierlake.server.exceptions import TieringGuardError, UnknownProcedureError, UnsupportedFeatureError
-from tierlake.server.kv import catalog as kv
+from tierlake.server.kv import snapshot_catalog as kv
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.sqlapi.types import SqlMap
 

@@ -25,12 +25,13 @@ from tierlake.server.changelog.round_tables import RoundTables
 from tierlake.server.clients.procedure_client import LocalClient
 from tierlake.server.coordinator.registration import registered_record
 from tierlake.server.exceptions import FencedEpochError, TierlakeError
+from tierlake.server.maintenance import tables as table_maintenance
 from tierlake.server.observability import metrics
 from tierlake.server.runtime import faults
 from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.jvm import jclass, string_map
 from tierlake.server.runtime.session import TIERING_POOL, iceberg_table, private_session
-from tierlake.server.tiering import snapshot_split, table_maintenance
+from tierlake.server.tiering import snapshot_split
 from tierlake.server.tiering.round import run_round
 
 log = logging.getLogger("tierlake.tiering")

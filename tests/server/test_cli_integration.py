@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.conftest import free_port, subprocess_env, tierlake_command
-from tierlake.server.runtime import migrations
+from tierlake.server.state import migrations
 
 pytestmark = pytest.mark.integration
 

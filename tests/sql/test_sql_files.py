@@ -4,7 +4,7 @@ import sqlglot
 from sqlglot import exp
 
 from tierlake import sql
-from tierlake.server.runtime import migrations
+from tierlake.server.state import migrations
 
 
 def test_identifiers_are_quoted_safely():

@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 
 from tierlake.server.exceptions import InvalidArgumentError
-from tierlake.server.runtime.functions import (
+from tierlake.server.sqlapi.functions import (
     FunctionRegistry,
     functions,
     parse_docstring,
@@ -175,7 +175,7 @@ def test_an_extension_registers_into_the_shared_registry(tmp_path, monkeypatch):
     from tierlake.server.runtime.config import Config
 
     (tmp_path / "myco_udfs.py").write_text('''
-from tierlake.server.runtime.functions import functions
+from tierlake.server.sqlapi.functions import functions
 
 @functions.udf(returns="double")
 def myco_celsius(fahrenheit: float | None) -> float | None:

@@ -11,7 +11,7 @@ import pytest
 
 from tierlake.server.gateway.protocol import LocalResult, SessionInfo
 from tierlake.server.gateway.sys_reads import CachedResult, SysReads, classify
-from tierlake.server.runtime import state_version
+from tierlake.server.state import state_version
 
 PLANS = json.loads((Path(__file__).parents[2] / "fixtures" / "sys_reads" / "plans.json").read_text())
 BUILTINS = frozenset({"count", "now", "rand", "max"})

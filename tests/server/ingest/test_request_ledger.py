@@ -9,11 +9,11 @@ from datetime import datetime, timedelta, timezone
 from pyhive import hive
 
 from tests.server.tiering.conftest import make_due, run, wait_tiered
-from tierlake.server.runtime.housekeeping import Housekeeper
 from tierlake.server.runtime.javaext import STREAM_INGEST
 from tierlake.server.runtime.jvm import jclass
 from tierlake.server.runtime.session import iceberg_table
-from tierlake.server.runtime.state_table import SmallTable
+from tierlake.server.state.housekeeping import Housekeeper
+from tierlake.server.state.state_table import SmallTable
 
 
 def snapshot_count(spark, table: str) -> int:
@@ -84,7 +84,7 @@ def test_the_ledger_forgets_ids_after_the_retention(server, spark):
 
 def test_a_primary_key_stream_stays_bounded_through_kv_snapshots(server, workers, spark, hive_cursor, db,
                                                                  monkeypatch):
-    from tierlake.server.tiering import table_maintenance
+    from tierlake.server.maintenance import tables as table_maintenance
 
     monkeypatch.setattr(table_maintenance, "KV_PRESSURE_MIN_GAP_S", 0)
     table = f"{db}.accounts"

@@ -157,7 +157,7 @@ def test_kv_snapshots_retention_and_leases(server, spark, hive_cursor, db):
 
     # The periodic snapshot: due once kv.snapshot.interval (10 min) has passed since the newest.
     from tierlake.server.catalog.table_path import TablePath
-    from tierlake.server.kv.maintenance import maintain
+    from tierlake.server.maintenance.kv_tables import maintain
 
     write(hive_cursor, db, "kv", model, [(7, "g", "+I")])
     now = datetime.now(timezone.utc)
@@ -171,7 +171,7 @@ def test_the_kv_table_of_a_dropped_stream_table_is_dropped_by_maintenance(server
     from pathlib import Path
     from urllib.parse import urlparse
 
-    from tierlake.server.kv.maintenance import KvMaintenance
+    from tierlake.server.maintenance.kv_tables import KvMaintenance
 
     make_pk_table(hive_cursor, db, "gone")
     table = f"{db}.gone"
@@ -285,7 +285,7 @@ def test_a_leased_snapshot_survives_expiry_while_a_rebuild_reads_it(server, spar
         write(hive_cursor, db, "race", later, [(5, "e", "+I")])
         newer = kv_snapshot(hive_cursor, path)
         assert expire(hive_cursor, path, 1) == {snap[1]: "leased", newer[1]: "retained"}
-        from tierlake.server.kv.maintenance import KvMaintenance
+        from tierlake.server.maintenance.kv_tables import KvMaintenance
 
         KvMaintenance(server).run_once()  # the automatic retention, too
         assert kv_snapshot_ids(hive_cursor, db, "race") == [snap[1], newer[1]]

@@ -9,8 +9,8 @@ import sqlglot
 from sqlglot import exp
 
 from tierlake import sql
-from tierlake.server.runtime import migrations
 from tierlake.server.runtime.config import Config
+from tierlake.server.state import migrations
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -36,8 +36,8 @@ from tierlake.server.changelog import fresh_view
 from tierlake.server.changelog.positions import lake_position
 from tierlake.server.changelog.round_tables import RoundTables
 from tierlake.server.kv import log_retention
+from tierlake.server.maintenance import tables as table_maintenance
 from tierlake.server.runtime.session import iceberg_table
-from tierlake.server.tiering import table_maintenance
 
 pytestmark = pytest.mark.integration
 
@@ -193,7 +193,7 @@ def test_user_expire_snapshots_on_the_stream_of_a_failed_table(server, hive_curs
 def test_a_column_renamed_on_a_failed_tables_stream_is_read_after_the_servers_check(server, hive_cursor, spark):
     """Issue 40, finding 4: the view names the stream's columns, so a RENAME COLUMN on a table that no
     round re-pins (idle, or ``Failed``) made it fail; the server's periodic KV maintenance re-pins it."""
-    from tierlake.server.kv import maintenance as kv_maintenance
+    from tierlake.server.maintenance import kv_tables as kv_maintenance
 
     table = create(hive_cursor, f"ren{next(_counter)}", pk=True)
     stream, lake, fresh = paths(table)

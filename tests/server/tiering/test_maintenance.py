@@ -16,9 +16,9 @@ import pytest
 
 from tests.server.tiering.conftest import coordinator_state, make_due, run, wait_tiered
 from tierlake.server.clients.procedure_client import LocalClient
-from tierlake.server.runtime import housekeeping, state_version
-from tierlake.server.runtime.housekeeping import COMMITS_BEFORE_EXPIRY
 from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.state import housekeeping, state_version
+from tierlake.server.state.housekeeping import COMMITS_BEFORE_EXPIRY
 
 pytestmark = pytest.mark.integration
 
@@ -175,7 +175,7 @@ def test_maintenance_and_rounds_on_one_table_never_fail_each_other(server, worke
 def test_a_stream_that_gained_the_file_trigger_is_maintained_before_the_interval(server, workers, hive_cursor, db,
                                                                                  spark):
     from tierlake.server.coordinator.maintenance_schedule import FILES_TRIGGER
-    from tierlake.server.runtime import iceberg_maintenance as im
+    from tierlake.server.runtime import iceberg_actions as im
 
     # The shared server's interval is the default 10 min: only the file trigger can bring the third run.
     run(hive_cursor, f"CREATE TABLE {db}.burst (id BIGINT) TBLPROPERTIES ('table.datalake.enabled'='true', "
@@ -200,7 +200,7 @@ def test_a_stream_that_gained_the_file_trigger_is_maintained_before_the_interval
 
 
 def test_lake_compaction_leaves_no_delete_files(server, workers, hive_cursor, db, spark):
-    from tierlake.server.runtime import iceberg_maintenance as im
+    from tierlake.server.runtime import iceberg_actions as im
 
     run(hive_cursor, f"CREATE TABLE {db}.acct (k BIGINT, v STRING) TBLPROPERTIES ('table.datalake.enabled'='true', "
                      "'primary-key'='k', 'bucket.num'='2', 'table.datalake.freshness'='1 h')")

@@ -10,8 +10,8 @@ import pytest
 from tierlake.server.coordinator import maintenance_schedule as ms
 from tierlake.server.coordinator.state_machine import Policy, Status
 from tierlake.server.exceptions import FencedEpochError, MaintenanceNotRunError, NotAssignedError
-from tierlake.server.runtime import housekeeping
 from tierlake.server.runtime.config import Config
+from tierlake.server.state import housekeeping
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

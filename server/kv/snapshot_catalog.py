@@ -32,7 +32,7 @@ from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.exceptions import InvalidArgumentError, NoSuchTableError
 from tierlake.server.runtime.session import iceberg_table
-from tierlake.server.runtime.state_table import SmallTable
+from tierlake.server.state.state_table import SmallTable
 
 log = logging.getLogger("tierlake.kv")
 

@@ -9,8 +9,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tierlake.server.runtime import state_table
-from tierlake.server.runtime.state_table import SmallTable, is_conflict
+from tierlake.server.state import state_table
+from tierlake.server.state.state_table import SmallTable, is_conflict
 
 pytestmark = pytest.mark.integration
 

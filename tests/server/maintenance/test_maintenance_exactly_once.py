@@ -13,9 +13,9 @@ import pytest
 from tests.server.tiering.conftest import assign, coordinator_state, lake_summary, make_due, run
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.clients.procedure_client import LocalClient
-from tierlake.server.runtime import iceberg_maintenance as im
+from tierlake.server.maintenance import tables as table_maintenance
+from tierlake.server.runtime import iceberg_actions as im
 from tierlake.server.runtime.session import iceberg_table
-from tierlake.server.tiering import table_maintenance
 from tierlake.server.tiering.worker import Worker
 
 pytestmark = pytest.mark.integration

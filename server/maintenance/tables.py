@@ -72,13 +72,13 @@ from tierlake.server.changelog import fresh_view
 from tierlake.server.changelog.positions import summary as _summary
 from tierlake.server.coordinator.maintenance_schedule import MaintenanceAction
 from tierlake.server.ingest import ledger
-from tierlake.server.kv import catalog as kv
-from tierlake.server.kv.catalog import kv_table_of
+from tierlake.server.kv import snapshot_catalog as kv
 from tierlake.server.kv.log_retention import retention_bound
-from tierlake.server.kv.maintenance import snapshot_interval
+from tierlake.server.kv.snapshot_catalog import kv_table_of
 from tierlake.server.kv.snapshots import compact_kv_table, take_snapshot
+from tierlake.server.maintenance.kv_tables import snapshot_interval
 from tierlake.server.observability import metrics
-from tierlake.server.runtime import iceberg_maintenance as im
+from tierlake.server.runtime import iceberg_actions as im
 from tierlake.server.runtime.javaext import STREAM_INGEST
 from tierlake.server.runtime.jvm import jclass
 from tierlake.server.runtime.session import iceberg_table

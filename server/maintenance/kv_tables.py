@@ -22,8 +22,8 @@ from tierlake.server.catalog import properties as P
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.changelog import fresh_view
-from tierlake.server.kv import catalog as kv
 from tierlake.server.kv import log_retention as logretention
+from tierlake.server.kv import snapshot_catalog as kv
 from tierlake.server.kv.retention import expire, num_retained
 from tierlake.server.kv.snapshots import take_snapshot
 

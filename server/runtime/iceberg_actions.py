@@ -1,8 +1,8 @@
 """Iceberg's maintenance actions through its Java API (py4j), counted.
 
 Snapshot expiry, data-file compaction and orphan-file removal, shared by the
-``sys`` housekeeping (:mod:`.housekeeping`) and the managed maintenance of
-lake and stream tables (``server/tiering/table_maintenance.py``). The Java
+``sys`` housekeeping (``server/state/housekeeping.py``) and the managed maintenance of
+lake and stream tables (``server/maintenance/tables.py``). The Java
 API rather than the ``CALL spark_catalog.system.*`` procedures: it lets a
 compaction carry snapshot-summary properties and tells what it did.
 """

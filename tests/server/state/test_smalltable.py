@@ -3,8 +3,8 @@
 import pytest
 
 from tierlake.server.exceptions import ConcurrentUpdateError
-from tierlake.server.runtime import state_table as smalltable
-from tierlake.server.runtime.state_table import SmallTable
+from tierlake.server.state import state_table as smalltable
+from tierlake.server.state.state_table import SmallTable
 
 
 class FakeTable(SmallTable):

@@ -39,9 +39,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from tierlake import sql
-from tierlake.server.runtime import iceberg_maintenance as im
-from tierlake.server.runtime import migrations, state_version
+from tierlake.server.runtime import iceberg_actions as im
 from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.state import migrations, state_version
 
 log = logging.getLogger("tierlake.housekeeping")
 

@@ -13,9 +13,9 @@ from typing import Any
 from tierlake import sql
 from tierlake.server.exceptions import ConcurrentUpdateError
 from tierlake.server.observability import metrics
-from tierlake.server.runtime import housekeeping, state_version
 from tierlake.server.runtime.jvm import jclass, string_map
 from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.state import housekeeping, state_version
 
 log = logging.getLogger("tierlake.coordinator")
 Q_ROWS_FROM_JSON = "queries/rows_from_json.sql"

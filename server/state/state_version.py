@@ -1,5 +1,5 @@
 """A process-wide version of the ``sys`` state: bumped after every commit to a
-``sys`` table made in this process (:class:`server.runtime.state_table.SmallTable`
+``sys`` table made in this process (:class:`server.state.state_table.SmallTable`
 and anyone else who changes sys state), so readers that keep answers derived
 from that state (the gateway's status-read cache) know when to drop them."""
 

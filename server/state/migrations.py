@@ -20,8 +20,8 @@ from typing import Any
 
 from tierlake import sql
 from tierlake.server.exceptions import MigrationError
-from tierlake.server.runtime import state_version
 from tierlake.server.runtime.config import Config
+from tierlake.server.state import state_version
 
 log = logging.getLogger("tierlake.migrations")
 

@@ -1,0 +1,13 @@
+"""The sys-state store: tierlake's own ``sys`` tables, on top of the process runtime.
+
+- :mod:`.state_table`: :class:`~.state_table.SmallTable`, small state tables
+  (coordinator state, KV catalog, journals) read and rewritten whole, without a
+  Spark job, through ``runtime/java/SmallTables.java`` (the Java class stays in
+  ``server/runtime/java/``: ``runtime/javaext.py`` compiles that folder as one unit);
+- :mod:`.state_version`: the version of the ``sys`` state this process changed,
+  for caches of reads from it (the gateway's status reads) and ``settle``;
+- :mod:`.migrations`: the ordered schema migrations of ``sql/schema/`` and the
+  ``sys`` views of ``sql/views/``;
+- :mod:`.housekeeping`: the housekeeping thread that keeps every ``sys`` table
+  bounded (snapshot expiry, history retention, compaction, orphan files).
+"""
