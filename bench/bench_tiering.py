@@ -72,12 +72,12 @@ LOG_COLUMNS = "(`id` BIGINT, `name` STRING, `amount` DOUBLE, `ts` TIMESTAMP)"
 LOG_SELECT = ["`id`", "concat('name-', CAST(`id` AS STRING)) AS `name`", "CAST(`id` AS DOUBLE) * 0.5 AS `amount`",
               "timestamp_seconds(1700000000 + `id`) AS `ts`"]
 PK_COLUMNS = "(`id` BIGINT, `name` STRING, `amount` DOUBLE, `seq` BIGINT)"
-# Every tiered table is due again right after its round (freshness 0 s) and a
+# Every tiered table is due again 1 s after its round (freshness 1 s, the minimum) and a
 # round is never cut short (the maximum round duration defaults to freshness).
-LOG_PROPS = ("TBLPROPERTIES ('table.datalake.enabled' = 'true', 'table.datalake.freshness' = '0 s', "
+LOG_PROPS = ("TBLPROPERTIES ('table.datalake.enabled' = 'true', 'table.datalake.freshness' = '1 s', "
              "'table.datalake.tiering.max-round-duration' = '1 h')")
 PK_PROPS = ("TBLPROPERTIES ('table.datalake.enabled' = 'true', 'primary-key' = 'id', 'bucket.num' = '4', "
-            "'sequence-by' = 'seq', 'table.datalake.freshness' = '0 s', "
+            "'sequence-by' = 'seq', 'table.datalake.freshness' = '1 s', "
             "'table.datalake.tiering.max-round-duration' = '1 h')")
 RAW_PK_PROPS = ("PARTITIONED BY (bucket(4, `id`)) TBLPROPERTIES ('format-version' = '2', "
                 "'write.merge.mode' = 'merge-on-read', 'write.update.mode' = 'merge-on-read', "
@@ -212,11 +212,14 @@ class Bench:
         Another due table assigned first gets its (untimed) round: tables
         that take turns (phase 3) are all due after their rounds.
         """
-        for _ in range(10):
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
             rows = self.client.call("heartbeat", job_id=JOB, request_table=True)
             assigned = [r for r in rows if r[0] == "assigned"]
             if not assigned:
+                # Not due yet: a table is due one freshness interval (1 s, the minimum) after its round.
                 self.server.coordinator.tick()
+                time.sleep(0.05)
                 continue
             _, table_id, assigned_path, epoch, _ = assigned[0]
             if assigned_path == path:
@@ -407,6 +410,7 @@ class Bench:
                     out[f"empty_{kind}"].append(seconds)
                     self.keep(f"4. empty round, {kind}")
             for i in range(warmup + runs):
+                time.sleep(1.1)  # untimed: the table is due again (freshness 1 s), as a steady writer finds it
                 started = time.perf_counter()
                 self.gateway(inserts[kind], {"id": next(counter)})
                 self.tier_expect(name, 1)  # includes the assigning heartbeat
