@@ -21,8 +21,8 @@ CONF = [
 ]
 
 
-def start(home, port, fault=None):
-    return start_server_process(home, port, CONF, workers=1, fault=fault)
+def start(home, port, fault=None, workers=1):
+    return start_server_process(home, port, CONF, workers=workers, fault=fault)
 
 
 def cursor(port):
@@ -54,12 +54,18 @@ def test_sigkill_at_every_step_then_exactly_once(tmp_path):
 
     # 2. Killed while the round writes into the lake (its branch).
     for fault, batch in (("during-write:100", range(5, 10)), ("after-lake-commit", range(10, 15))):
-        proc = start(home, port, fault=fault)
+        # The batch goes in while no round can run (no worker), so the fault cannot kill the server
+        # before the INSERT is acknowledged (a round of the rows still pending from the last crash
+        # starts as soon as a worker runs); acknowledged rows survive the kill -9 that follows.
+        proc = start(home, port, workers=0)
         cur = cursor(port)
         ids = lake_ids(cur)
         assert len(ids) == len(set(ids)), f"duplicates after a crash: {ids}"
         insert(cur, batch)
         inserted += batch
+        proc.kill()
+        proc.wait(timeout=60)
+        proc = start(home, port, fault=fault)
         assert proc.wait(timeout=180) == -signal.SIGKILL, fault
 
     # 3. A clean start finishes the work; the lake was ahead of the coordinator.
