@@ -45,18 +45,15 @@ DB = "bench_fresh"
 
 
 def force_round(spark: Any, table: str) -> None:
-    from tierlake.server.catalog.spec import TieredSpec
-    from tierlake.server.catalog.table_path import parse_table_path
+    from tierlake.server.catalog import properties as P
     from tierlake.server.changelog import planner
-    from tierlake.server.runtime.session import iceberg_table
+    from tierlake.server.changelog.handle import TableHandle
     from tierlake.server.tiering.round import run_round
 
-    stream = parse_table_path(table)
-    lake = parse_table_path(f"{stream.database}_lake.{stream.table}")
-    props = {str(k): str(v) for k, v in dict(iceberg_table(spark, stream.quoted).properties()).items()}
-    plan = planner.plan_round(spark, stream, lake, TieredSpec.from_properties(props))
-    run_round(spark, plan, table_id=0, epoch=0, job_id="bench", check_epoch=lambda: None,
-              max_duration_s=3600, chunk_rows=1 << 62)
+    # The whole backlog in one lake commit, as a worker's round of a long-idle table would.
+    handle = TableHandle.open(spark, None, table, job_id="bench")
+    handle.overrides = {P.MAX_ROUND: None, P.CHUNK_ROWS: 1 << 62}
+    run_round(planner.plan_round(handle), check_epoch=lambda: None)
     from tierlake.server.changelog import fresh_view
 
     fresh_view.settle()  # the view re-pinned to the new lake snapshot (it runs behind the round)

@@ -8,7 +8,6 @@ from typing import Any
 from tierlake.server.catalog.spec import Column, data_columns
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.runtime.jvm import jclass
-from tierlake.server.runtime.session import iceberg_table
 
 
 def columns_of(schema: Any) -> list[Column]:
@@ -34,10 +33,8 @@ def lake_columns(spark: Any, stream: TablePath) -> list[Column]:
     return data_columns(table_columns(spark, stream))
 
 
-def bucket_field(spark: Any, table: TablePath, loaded: Any = None) -> str | None:
-    """The partition field of the table's ``bucket(…)`` transform (primary-key stream tables have one).
-
-    ``loaded``: the Iceberg table already loaded (else it is loaded here)."""
-    loaded = loaded if loaded is not None else iceberg_table(spark, table.quoted)
-    return next((str(f.name()) for f in loaded.spec().fields()
+def bucket_field(table: Any) -> str | None:
+    """The partition field of ``table``'s ``bucket(…)`` transform (an Iceberg ``Table``; primary-key
+    stream tables have one)."""
+    return next((str(f.name()) for f in table.spec().fields()
                  if str(f.transform().toString()).startswith("bucket")), None)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.planner import Chunk
 from tierlake.server.runtime.javaext import LAKE_FILES
 from tierlake.server.runtime.jvm import jclass
@@ -58,39 +59,38 @@ def lake_files_class(spark: Any) -> Any | None:
     return found
 
 
-def blocker(spark: Any, stream_table: Any, lake_table: Any, chunk: Chunk) -> str | None:
-    """Why the data files ``chunk``'s appends added cannot be copied into the lake as they are; None when
-    they can."""
+def blocker(table: TableHandle, chunk: Chunk) -> str | None:
+    """Why the data files ``chunk``'s appends added cannot be copied into the handle's lake as they are;
+    None when they can."""
     if not chunk.snapshot_ids:
         return "no stream commits"
     size = sum(c.bytes for c in chunk.commits)
     if size > COPY_MAX_BYTES:
         return f"the chunk's {size} bytes are more than {COPY_MAX_BYTES} (Spark writes them in parallel)"
-    files = lake_files_class(spark)
+    files = lake_files_class(table.spark)
     if files is None:
         return "tierlake's LakeFiles class is missing"
-    reason = files.blocker(stream_table, lake_table, snapshot_id_list(chunk))
+    reason = files.blocker(table.stream_table, table.lake_table, snapshot_id_list(chunk))
     return None if reason is None else str(reason)
 
 
-def usable(spark: Any, stream_table: Any, lake_table: Any, chunk: Chunk) -> bool:
+def usable(table: TableHandle, chunk: Chunk) -> bool:
     """Whether a log round may copy ``chunk``'s files (each table's reason to not is logged once)."""
-    reason = blocker(spark, stream_table, lake_table, chunk)
+    reason = blocker(table, chunk)
     if reason is None:
         return True
-    key = (str(lake_table.name()), reason)
+    key = (str(table.lake), reason)
     if key not in _told and not reason.startswith("the chunk's"):
         _told.add(key)
         log.info("rounds of %s write through Spark: %s", key[0], reason)
     return False
 
 
-def append(spark: Any, stream_table: Any, lake_table: Any, chunk: Chunk, branch: str,
-           properties: dict[str, str]) -> None:
-    """Tier ``chunk`` (appends of a log table) into ``branch`` of the lake in one commit, by copying the
-    data files its commits added (checked with :func:`usable` first)."""
-    jclass(LAKE_FILES, spark.sparkContext._jvm).appendCopies(stream_table, lake_table, snapshot_id_list(chunk), branch,
-                                                             properties)
+def append(table: TableHandle, chunk: Chunk, branch: str, properties: dict[str, str]) -> None:
+    """Tier ``chunk`` (appends of a log table) into ``branch`` of the handle's lake in one commit, by
+    copying the data files its commits added (checked with :func:`usable` first)."""
+    jclass(LAKE_FILES, table.spark.sparkContext._jvm).appendCopies(
+        table.stream_table, table.lake_table, snapshot_id_list(chunk), branch, properties)
 
 
 def listed_files(spark: Any, stream_table: Any, chunk: Chunk, bucket_field: str | None) -> Any | None:

@@ -70,13 +70,13 @@ from tierlake.server.catalog.properties import FRESH_VIEW_PROPERTY
 from tierlake.server.catalog.spec import CHANGE_TYPE, TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.catalog.tiered_tables import suffixed_path
+from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.planner import lake_position
-from tierlake.server.changelog.round_tables import RoundTables
 from tierlake.server.exceptions import ConcurrentUpdateError
 from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.javaext import INCREMENTAL_CATALOG_NAME
 from tierlake.server.runtime.jvm import jclass, string_map
-from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.runtime.session import activate, iceberg_table
 
 log = logging.getLogger("tierlake.fresh")
 
@@ -129,13 +129,14 @@ def repin_if_schema_changed(spark: Any, stream: TablePath, lake: TablePath) -> b
     round re-pins it (an idle table's too), but a table in ``Failed`` has no rounds, and an idle one
     only within its freshness interval. The server's KV maintenance calls this for every registered
     table (server/maintenance/kv_tables.py): one metastore read when nothing changed."""
-    view = view_of(spark, stream)
+    table = TableHandle(spark, stream, lake)
+    view = _view_named(table.properties)
     pin = None if view is None else current_pin(spark, view)
     if pin is None or not pin.stream_schema:
         return False
-    if pin.stream_schema == schema_key(iceberg_table(spark, stream.quoted)):
+    if pin.stream_schema == schema_key(table.stream_table):
         return False
-    refresh(spark, stream, lake)
+    refresh(table)
     log.info("fresh view %s re-pinned: the stream's columns changed", view)
     return True
 
@@ -155,8 +156,12 @@ def _table_properties(table: Any) -> dict[str, str]:
 
 def view_of(spark: Any, stream: TablePath) -> TablePath | None:
     """The fresh view the stream table names, if any."""
-    name = _properties(spark, stream).get(FRESH_VIEW_PROPERTY)
-    return TablePath(*name.split(".", 1)) if name else None
+    return _view_named(_properties(spark, stream))
+
+
+def _view_named(properties: dict[str, str]) -> TablePath | None:
+    name = properties.get(FRESH_VIEW_PROPERTY)
+    return TablePath(*str(name).split(".", 1)) if name else None
 
 
 def incremental_start(stream_table: Any, position: int) -> int | None:
@@ -178,33 +183,26 @@ def has_incremental_catalog(spark: Any) -> bool:
     return bool(spark.conf.get(f"spark.sql.catalog.{INCREMENTAL_CATALOG_NAME}", None))
 
 
-def render(spark: Any, stream: TablePath, lake: TablePath, view: TablePath, incremental: bool = True,
-           tables: Any = None) -> str:
+def render(table: TableHandle, view: TablePath, incremental: bool = True) -> str:
     """The ``CREATE OR REPLACE VIEW`` statement pinned to the lake's current snapshot (see :func:`pinned`)."""
-    return pinned(spark, stream, lake, view, incremental, tables)[0]
+    return pinned(table, view, incremental)[0]
 
 
-def pinned(spark: Any, stream: TablePath, lake: TablePath, view: TablePath, incremental: bool = True,
-           tables: Any = None) -> tuple[str, int]:
+def pinned(table: TableHandle, view: TablePath, incremental: bool = True) -> tuple[str, int]:
     """The ``CREATE OR REPLACE VIEW`` statement pinned to the lake's current snapshot, and the
     stream position it reads after (see :func:`_statement`)."""
-    statement, pin = _statement(spark, stream, lake, view, incremental, tables)
+    statement, pin = _statement(table, view, incremental)
     return statement, pin.position
 
 
-def _statement(spark: Any, stream: TablePath, lake: TablePath, view: TablePath, incremental: bool = True,
-               tables: Any = None) -> tuple[str, Pin]:
+def _statement(table: TableHandle, view: TablePath, incremental: bool = True) -> tuple[str, Pin]:
     """The ``CREATE OR REPLACE VIEW`` statement pinned to the lake's current snapshot, and its pin.
 
     ``incremental``: read the stream after the snapshot at the position when
-    there is one (else, or with False, scan every stream file).
-    ``tables``: a round's tables (server/changelog/round_tables.py), used as
-    they are (the caller refreshed them); without them both are loaded here."""
-    if tables is not None:
-        stream_table, lake_table, props = tables.stream_table, tables.lake_table, tables.stream_properties
-    else:
-        stream_table, lake_table = iceberg_table(spark, stream.quoted), iceberg_table(spark, lake.quoted)
-        props = _table_properties(stream_table)
+    there is one (else, or with False, scan every stream file). The handle's
+    tables are used as they are (the caller refreshed them)."""
+    spark, stream, lake = table.spark, table.stream, table.lake
+    stream_table, lake_table, props = table.stream_table, table.lake_table, table.properties
     stream_columns_now = schema_columns(spark, stream_table.schema())
     spec = TieredSpec.from_properties(props, stream_columns_now)
     snapshot = lake_table.currentSnapshot()
@@ -358,11 +356,11 @@ def current_pin(spark: Any, view: TablePath) -> Pin | None:
     return _pin_state(spark, view)[2]
 
 
-def pinned_lake_snapshot(spark: Any, stream: TablePath) -> int | None:
+def pinned_lake_snapshot(table: TableHandle) -> int | None:
     """The lake snapshot the stream's fresh view reads now (None: no view, or its pin is unknown):
     lake snapshot expiry keeps it (server/maintenance/tables.py)."""
-    view = view_of(spark, stream)
-    pin = None if view is None else current_pin(spark, view)
+    view = _view_named(table.current_properties())
+    pin = None if view is None else current_pin(table.spark, view)
     return None if pin is None or pin.lake_snapshot < 0 else pin.lake_snapshot
 
 
@@ -430,16 +428,16 @@ def _schemas_of(stream_table: Any, lake_table: Any) -> tuple[str, str]:
     return str(stream_table.schema().asStruct().toString()), str(lake_table.schema().asStruct().toString())
 
 
-def schema_changed(tables: Any) -> bool:
-    """Whether the fresh view of a round's tables was made with other schemas than they have now
+def schema_changed(table: TableHandle) -> bool:
+    """Whether the fresh view of a round's table was made with other schemas than it has now
     (or not by this process): an idle table's round re-pins it then."""
-    name = tables.stream_properties.get(FRESH_VIEW_PROPERTY)
+    name = table.properties.get(FRESH_VIEW_PROPERTY)
     if not name:
         return False
-    return _PINNED_SCHEMAS.get(str(name).lower()) != _schemas_of(tables.stream_table, tables.lake_table)
+    return _PINNED_SCHEMAS.get(str(name).lower()) != _schemas_of(table.stream_table, table.lake_table)
 
 
-def _create_view(spark: Any, stream: TablePath, lake: TablePath, view: TablePath, tables: Any = None) -> int:
+def _create_view(table: TableHandle, view: TablePath) -> int:
     """(Re-)create ``view``: incremental when the session can; the full scan if that fails
     (the view's rows are the same either way, only its cost differs). Returns the position
     the view in force reads the stream after.
@@ -451,9 +449,8 @@ def _create_view(spark: Any, stream: TablePath, lake: TablePath, view: TablePath
     re-pin computed from an older lake read cannot land after a maintenance
     action that re-pinned and then removed what the older pin reads.
 
-    The view's text and the schemas recorded for it come from the same loaded tables."""
-    if tables is None:
-        tables = RoundTables(spark, stream, lake)
+    The view's text and the schemas recorded for it come from the handle's tables."""
+    spark, stream, lake, tables = table.spark, table.stream, table.lake, table
     for attempt in range(REPIN_ATTEMPTS):
         if attempt:
             tables.fresh_lake()
@@ -463,7 +460,7 @@ def _create_view(spark: Any, stream: TablePath, lake: TablePath, view: TablePath
         pin = None
         if has_incremental_catalog(spark):
             try:
-                statement, pin = _statement(spark, stream, lake, view, tables=tables)
+                statement, pin = _statement(table, view)
                 if before is not None and pin < before:
                     return _kept(view, before, pin)
                 spark.sql(statement)
@@ -472,7 +469,7 @@ def _create_view(spark: Any, stream: TablePath, lake: TablePath, view: TablePath
                             exc_info=True)
                 statement = None
         if statement is None:
-            statement, pin = _statement(spark, stream, lake, view, incremental=False, tables=tables)
+            statement, pin = _statement(table, view, incremental=False)
             if before is not None and pin < before:
                 return _kept(view, before, pin)
             spark.sql(statement)
@@ -499,10 +496,11 @@ def create(spark: Any, config: Config | None, stream: TablePath, lake: TablePath
     """Create (or re-create) the fresh view of a tiered table and record it on the stream table."""
     view = fresh_path(config, stream)
     spark.sql(sql.render(T_CREATE_DATABASE, database=view.database))
+    table = TableHandle(spark, stream, lake, config=config)
     with _pin_lock(stream):
-        _create_view(spark, stream, lake, view)
-    if _properties(spark, stream).get(FRESH_VIEW_PROPERTY) != str(view):
-        iceberg_table(spark, stream.quoted).updateProperties().set(FRESH_VIEW_PROPERTY, str(view)).commit()
+        _create_view(table, view)
+    if table.current_properties().get(FRESH_VIEW_PROPERTY) != str(view):
+        table.stream_table.updateProperties().set(FRESH_VIEW_PROPERTY, str(view)).commit()
     log.info("fresh view %s of %s created", view, stream)
     return view
 
@@ -518,55 +516,54 @@ def _pin_lock(stream: TablePath) -> threading.Lock:
         return _pin_locks.setdefault(str(stream).lower(), threading.Lock())
 
 
-def refresh(spark: Any, stream: TablePath, lake: TablePath, tables: Any = None) -> int | None:
+def refresh(table: TableHandle) -> int | None:
     """Re-pin the stream's fresh view (if it has one) to the lake's current snapshot, now;
     returns the stream position it now reads after (None: no view).
 
-    ``tables``: a round's tables (server/changelog/round_tables.py), refreshed
-    here: the view property as it is now (a view dropped meanwhile is not
-    brought back), the lake's newest commit."""
-    with _pin_lock(stream):
-        if tables is None:
-            view = view_of(spark, stream)
-        else:
-            name = tables.fresh_stream().properties().get(FRESH_VIEW_PROPERTY)
-            view = TablePath(*str(name).split(".", 1)) if name else None
-            tables.fresh_lake()
-        return None if view is None else _create_view(spark, stream, lake, view, tables)
+    The handle's tables are refreshed here: the view property as it is now (a
+    view dropped meanwhile is not brought back), the lake's newest commit."""
+    activate(table.spark)  # the re-pin thread runs with the round's session
+    with _pin_lock(table.stream):
+        view = _view_named(table.current_properties())
+        if view is None:
+            return None
+        table.fresh_lake()
+        return _create_view(table, view)
 
 
-def after_lake_commit(spark: Any, plan: Any) -> None:
+def after_lake_commit(table: TableHandle) -> None:
     """The round's hook after its last lake commit: the view re-pinned by the
     re-pin thread, soon. Never fails the round (the old view stays correct,
     it only reads more of the stream; stream snapshot expiry re-pins it
     before it could remove what the old view reads)."""
     try:
-        repinner(spark).schedule(plan.stream, plan.lake)
+        repinner(table.spark).schedule(table)
     except Exception:  # see the docstring
-        log.warning("could not schedule the re-pin of the fresh view of %s", plan.stream, exc_info=True)
+        log.warning("could not schedule the re-pin of the fresh view of %s", table.stream, exc_info=True)
 
 
 class Repinner:
     """A process's thread that re-pins fresh views after rounds (see the module docstring).
 
     Pending re-pins are kept per table, the newest request replacing an older
-    one (each reads the lake when it runs). Its own loads of the tables: a
-    round's objects belong to the round's thread."""
+    one (each reads the lake when it runs). A re-pin uses the round's handle,
+    refreshed: the round has ended with it (the round thread schedules the
+    re-pin as its last use of the handle; the next round opens its own)."""
 
     def __init__(self, spark: Any):
         self.spark = spark
         self.cond = threading.Condition()
-        self.pending: dict[str, tuple[TablePath, TablePath]] = {}
+        self.pending: dict[str, TableHandle] = {}
         self.running: str | None = None
         self.stopping = False
         self.thread = threading.Thread(target=self._run, name="tierlake-fresh-repin", daemon=True)
         self.thread.start()
 
-    def schedule(self, stream: TablePath, lake: TablePath) -> None:
+    def schedule(self, table: TableHandle) -> None:
         with self.cond:
             if self.stopping:
                 return
-            self.pending[str(stream).lower()] = (stream, lake)
+            self.pending[str(table.stream).lower()] = table
             self.cond.notify_all()
 
     def _run(self) -> None:
@@ -577,12 +574,12 @@ class Repinner:
                 if not self.pending:
                     return
                 key = next(iter(self.pending))
-                stream, lake = self.pending.pop(key)
+                table = self.pending.pop(key)
                 self.running = key
             try:
-                refresh(self.spark, stream, lake)
+                refresh(table)
             except Exception:  # the old pin stays, exact; the next round tries again
-                log.warning("could not refresh the fresh view of %s", stream, exc_info=True)
+                log.warning("could not refresh the fresh view of %s", table.stream, exc_info=True)
             finally:
                 with self.cond:
                     self.running = None

@@ -29,13 +29,12 @@ from typing import Any
 
 from tierlake import sql
 from tierlake.server.catalog import field_ids
-from tierlake.server.catalog.columns import lake_columns, schema_columns
+from tierlake.server.catalog.columns import schema_columns
 from tierlake.server.catalog.properties import LAKE_FIELD_IDS
 from tierlake.server.catalog.spec import CHANGE_TYPE, Column, TieredSpec, data_columns
 from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.exceptions import TieringGuardError
-from tierlake.server.runtime.jvm import string_map
-from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.tiering")
 
@@ -51,17 +50,9 @@ class Carried:
     field_id: int | None
 
 
-def stream_carried(spark: Any, stream: TablePath) -> list[Carried]:
-    """The stream's data columns as they are, carried under their own names."""
-    ids = {name.lower(): fid for fid, name in field_ids.stream_fields(spark, stream).items()}
-    return [Carried(c.name, c.type, ids.get(c.name.lower())) for c in lake_columns(spark, stream)]
-
-
-def change_type_column(spark: Any, stream: TablePath, table: Any = None) -> Carried:
-    """The stream's ``_change_type``; its field id is None while no schema has it.
-
-    ``table``: the stream's Iceberg table already loaded (else it is loaded here)."""
-    table = table if table is not None else iceberg_table(spark, stream.quoted)
+def change_type_column(table: Any) -> Carried:
+    """The stream's ``_change_type``; its field id is None while no schema has it (``table``: the
+    stream's Iceberg table)."""
     fields = field_ids.schema_fields(table.schema())
     return Carried(CHANGE_TYPE, "string", next((fid for fid, n in fields.items() if n.lower() == CHANGE_TYPE), None))
 
@@ -103,24 +94,19 @@ _SYNCED_LOCK = threading.Lock()
 SYNCED_MAX = 4096  # tables; least recently synced forgotten first
 
 
-def sync_lake_schema(spark: Any, stream: TablePath, lake: TablePath, tables: Any = None) -> list[Carried]:
-    """Bring ``lake`` (a lake or KV table) up to the stream's columns; the columns a write fills.
+def sync_lake_schema(table: TableHandle) -> list[Carried]:
+    """Bring the handle's lake (a lake or KV table) up to its stream's columns; the columns a write fills.
 
     See the module docstring for the rules. A lake column that carries no
     stream column (dropped from the stream, or added or renamed in the lake
     table by hand) is NULL in the rows written from then on.
 
-    ``tables``: the round's loaded tables (server/changelog/round_tables.py);
-    without them both tables are loaded here. A sync that found nothing to
+    Both tables are the handle's, as loaded. A sync that found nothing to
     change is remembered by its inputs (:func:`_sync_key`), and the next one
     with the same inputs answers from memory.
     """
-    if tables is not None and tables.lake == lake:
-        stream_table, lake_table, props = tables.stream_table, tables.lake_table, tables.stream_properties
-    else:
-        stream_table, lake_table = iceberg_table(spark, stream.quoted), iceberg_table(spark, lake.quoted)
-        props = string_map(stream_table.properties())
-    spec = TieredSpec.from_properties(props)
+    spark, stream, lake = table.spark, table.stream, table.lake
+    stream_table, lake_table, spec = table.stream_table, table.lake_table, table.spec
     recorded_text = field_ids.read_text(lake_table)
     key = _sync_key(stream_table, lake_table, recorded_text, spec)
     with _SYNCED_LOCK:

@@ -27,14 +27,14 @@ from typing import Any
 
 from tierlake import sql
 from tierlake.server.catalog.columns import bucket_field
-from tierlake.server.catalog.spec import CHANGE_TYPE, CHANGE_TYPES, Column, TieredSpec
+from tierlake.server.catalog.spec import CHANGE_TYPE, CHANGE_TYPES, Column
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.changelog import file_copy, lake_schema, validation, write_strategy
+from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.lake_schema import Carried
 from tierlake.server.changelog.planner import Chunk
 from tierlake.server.changelog.write_strategy import WriteStrategy
 from tierlake.server.runtime.jvm import jclass
-from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.tiering")
 
@@ -151,14 +151,13 @@ def with_commit_properties(spark: Any, properties: dict[str, str], fn: Callable[
         raise
 
 
-def sync_lake_schema(spark: Any, stream: TablePath, lake: TablePath, tables: Any = None) -> list[Carried]:
-    """Carry the stream's added, renamed and dropped columns to the lake (or KV)
-    table (:mod:`~tierlake.server.changelog.lake_schema`); the columns a write fills.
-    ``tables``: the round's loaded tables (server/changelog/round_tables.py)."""
-    return lake_schema.sync_lake_schema(spark, stream, lake, tables)
+def sync_lake_schema(table: TableHandle) -> list[Carried]:
+    """Carry the stream's added, renamed and dropped columns to the handle's lake (or KV)
+    table (:mod:`~tierlake.server.changelog.lake_schema`); the columns a write fills."""
+    return lake_schema.sync_lake_schema(table)
 
 
-def _changes(spark: Any, stream: TablePath, changes: Chunk, columns: list[Carried], table: Any = None) -> Any:
+def _changes(handle: TableHandle, changes: Chunk, columns: list[Carried]) -> Any:
     """The stream rows committed in ``changes`` as ``columns`` (by field id), with their ``_file`` and ``_pos``.
 
     Each append's own data files are read (Iceberg's incremental append scan
@@ -172,14 +171,14 @@ def _changes(spark: Any, stream: TablePath, changes: Chunk, columns: list[Carrie
     the current columns (NULL where the read schema lacks them) under the
     lake's names.
 
-    ``table``: the stream table as the round planned it (loaded here if None).
-    A snapshot's schema never changes; for the incremental read, which uses
-    the schema the stream has when the frame is made, its current schema is
-    used only if the frame's columns are exactly its columns (names, in
-    order), else the table is loaded again: a rename or drop since the plan
-    cannot map a field id onto another column's values.
+    The stream table is the handle's, as the round planned it. A snapshot's
+    schema never changes; for the incremental read, which uses the schema the
+    stream has when the frame is made, its current schema is used only if the
+    frame's columns are exactly its columns (names, in order), else the table
+    is refreshed: a rename or drop since the plan cannot map a field id onto
+    another column's values.
     """
-    table = table if table is not None else iceberg_table(spark, stream.quoted)
+    spark, stream, table = handle.spark, handle.stream, handle.stream_table
     start, end, parts = changes.start_snapshot_id, changes.end_snapshot_id, []
     if start is None:
         # With no replace commit in the range, the table as of the end snapshot holds exactly the
@@ -193,7 +192,7 @@ def _changes(spark: Any, stream: TablePath, changes: Chunk, columns: list[Carrie
                  .option("end-snapshot-id", str(end)).load(stream.quoted))
         fields = lake_schema.read_fields(table, None)
         if list(fields.values()) != frame.columns:
-            fields = lake_schema.read_fields(iceberg_table(spark, stream.quoted), None)
+            fields = lake_schema.read_fields(handle.fresh_stream(), None)
         parts.append(lake_schema.project(frame, fields, columns))
     out = parts[0]
     for part in parts[1:]:
@@ -201,7 +200,7 @@ def _changes(spark: Any, stream: TablePath, changes: Chunk, columns: list[Carrie
     return out
 
 
-def chunk_files(spark: Any, stream: TablePath, changes: Chunk, table: Any = None) -> Any:
+def chunk_files(handle: TableHandle, changes: Chunk) -> Any:
     """The data files the chunk's appends added, with their data sequence numbers (``stream_files``'s
     columns): a DataFrame the MERGE joins to the chunk's rows by ``_file``.
 
@@ -212,49 +211,50 @@ def chunk_files(spark: Any, stream: TablePath, changes: Chunk, table: Any = None
     relation: no Spark job, and Spark knows its size for the broadcast);
     through the ``entries`` metadata table only where that class is missing.
     """
-    table = table if table is not None else iceberg_table(spark, stream.quoted)
-    listed = file_copy.listed_files(spark, table, changes, bucket_field(spark, stream, table))
+    spark = handle.spark
+    listed = file_copy.listed_files(spark, handle.stream_table, changes,
+                                    bucket_field(handle.stream_table))
     if listed is not None:
         return listed
-    return spark.sql(_files_statement(spark, stream, changes, table),
+    return spark.sql(_files_statement(handle, changes),
                      args={"start_position": changes.start_position, "end_position": changes.end_position})
 
 
-def _files_statement(spark: Any, stream: TablePath, changes: Chunk, table: Any = None) -> str:
+def _files_statement(handle: TableHandle, changes: Chunk) -> str:
     """``stream_files`` for the chunk (:func:`chunk_files` where tierlake's Java classes are missing):
     ``entries`` as of the end snapshot, or ``all_entries`` when a replace commit inside the range rewrote
     the appends' files."""
+    stream = handle.stream
     entries = [stream.database, stream.table, "all_entries" if changes.rewritten else "entries"]
     return sql.render_checked(
-        T_STREAM_FILES, entries=entries, bucket_field=bucket_field(spark, stream, table),
+        T_STREAM_FILES, entries=entries, bucket_field=bucket_field(handle.stream_table),
         version=None if changes.rewritten else changes.end_snapshot_id,
         snapshot_ids=changes.snapshot_ids if changes.rewritten else None)
 
 
 class ChangelogWrite:
-    """One changelog range of ``stream`` applied to ``target`` (``[db, table]`` or
+    """One changelog range of the handle's stream applied to ``target`` (``[db, table]`` or
     ``[db, table, "branch_…"]``) as one commit.
 
     Entering renders the statement over temporary views of the range; leaving
     drops the views. ``commit`` runs it with the commit properties::
 
-        with ChangelogWrite(spark, stream, spec, target, chunk, columns) as write:
+        with ChangelogWrite(table, target, chunk, columns) as write:
             write.commit({P.COMMIT_USER: COMMIT_USER, ...})
     """
 
-    def __init__(self, spark: Any, stream: TablePath, spec: TieredSpec, target: list[str], changes: Chunk,
-                 columns: list[Carried] | None = None, view_prefix: str = "__tierlake", stream_table: Any = None,
-                 strategy: WriteStrategy | None = None):
-        self.spark, self.stream, self.spec, self.target, self.changes = spark, stream, spec, target, changes
+    def __init__(self, table: TableHandle, target: list[str], changes: Chunk, columns: list[Carried],
+                 view_prefix: str = "__tierlake", strategy: WriteStrategy | None = None):
+        self.table, self.target, self.changes = table, target, changes
+        self.spark, self.stream, self.spec = table.spark, table.stream, table.spec
         # LOG_APPEND, PK_MERGE or PK_LOAD (a primary-key range into a target known to hold no rows:
         # its winners appended, see commit()); None: as write_strategy.choose says for the spec.
-        self.strategy = strategy if strategy is not None else write_strategy.choose(spec)
+        self.strategy = strategy if strategy is not None else write_strategy.choose(self.spec)
         if self.strategy not in STATEMENTS:
             raise ValueError(f"ChangelogWrite does not write {self.strategy}")
-        self.stream_table = stream_table  # the round's (server/changelog/round_tables.py); None: loaded here
         # A round fixes its columns once (sync_lake_schema's answer): a column
         # added to the stream mid-round is synced by the next one.
-        self.carried = columns if columns is not None else lake_schema.stream_carried(spark, stream)
+        self.carried = columns
         self.columns = [c.name for c in self.carried]
         suffix = uuid.uuid4().hex[:12]
         self.delta_view, self.files_view = f"{view_prefix}_delta_{suffix}", f"{view_prefix}_files_{suffix}"
@@ -272,16 +272,15 @@ class ChangelogWrite:
         self._drop_views()
 
     def _prepare(self) -> None:
-        spark, stream, changes = self.spark, self.stream, self.changes
-        table = self.stream_table if self.stream_table is not None else iceberg_table(spark, stream.quoted)
-        carried = self.carried + ([lake_schema.change_type_column(spark, stream, table)]
+        spark, changes = self.spark, self.changes
+        carried = self.carried + ([lake_schema.change_type_column(self.table.stream_table)]
                                   if self.spec.is_primary_key else [])
-        _changes(spark, stream, changes, carried, table).createOrReplaceTempView(self.delta_view)
+        _changes(self.table, changes, carried).createOrReplaceTempView(self.delta_view)
         if self.strategy is WriteStrategy.LOG_APPEND:
             self.statement = sql.render_checked(STATEMENTS[self.strategy], target=self.target,
                                                 delta=self.delta_view, columns=self.columns)
             return
-        chunk_files(spark, stream, changes, table).createOrReplaceTempView(self.files_view)
+        chunk_files(self.table, changes).createOrReplaceTempView(self.files_view)
         # The changelog rule is checked inside the MERGE (validation.GUARD); see commit().
         self.statement = sql.render_checked(
             STATEMENTS[self.strategy], target=self.target, delta=self.delta_view,
@@ -371,9 +370,10 @@ def replace_with_snapshot(spark: Any, source: TablePath, snapshot_id: int, targe
     writer.overwrite(F.lit(True))
 
 
-def append_empty(spark: Any, table: TablePath, properties: dict[str, str]) -> None:
-    """An empty commit carrying ``properties`` (records a position when the range changed no row)."""
-    append = iceberg_table(spark, table.quoted).newAppend()
+def append_empty(table: Any, properties: dict[str, str]) -> None:
+    """An empty commit to ``table`` (an Iceberg ``Table``) carrying ``properties`` (records a position
+    when the range changed no row); the object sees its own commit."""
+    append = table.newAppend()
     for key, value in properties.items():
         append.set(key, value)
     append.commit()

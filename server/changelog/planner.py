@@ -17,8 +17,8 @@ from tierlake.server.catalog.properties import MAINTENANCE, SOURCE_POSITION, SOU
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.changelog import positions
+from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.positions import Registered, lake_position, summary
-from tierlake.server.changelog.round_tables import RoundTables
 from tierlake.server.exceptions import NonAppendCommitError, TieringGuardError
 
 __all__ = ["MAINTENANCE", "SOURCE_POSITION", "SOURCE_SNAPSHOT", "Registered", "lake_position", "summary"]
@@ -75,9 +75,9 @@ class Chunk:
 
 @dataclass
 class Plan:
-    stream: TablePath
-    lake: TablePath
-    spec: TieredSpec
+    # The table the plan was made for, with the Iceberg tables it was made from: the round's
+    # steps read them (server/changelog/handle.py).
+    table: TableHandle = field(repr=False, compare=False)
     lake_position: int
     lake_snapshot_id: int | None
     end_position: int
@@ -86,8 +86,18 @@ class Plan:
     snapshot_split: Any = None  # set by server/tiering/snapshot_split.py: read it before the commits
     replaced: list[int] = field(default_factory=list)  # positions of replace commits after lake_position
     stream_uuid: str | None = None  # recorded in the lake with every commit (server/changelog/positions.py)
-    # The Iceberg tables the plan was made from, for the round's steps (server/changelog/round_tables.py).
-    tables: RoundTables | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def stream(self) -> TablePath:
+        return self.table.stream
+
+    @property
+    def lake(self) -> TablePath:
+        return self.table.lake
+
+    @property
+    def spec(self) -> TieredSpec:
+        return self.table.spec
 
     @property
     def empty(self) -> bool:
@@ -116,32 +126,30 @@ def _when(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def plan_round(spark: Any, stream: TablePath, lake: TablePath, spec: TieredSpec, start: int | None = None,
-               registered: Registered | None = None, tables: RoundTables | None = None) -> Plan:
+def plan_round(table: TableHandle, start: int | None = None, registered: Registered | None = None) -> Plan:
     """Compare the lake's position with the stream's end and list the commits between.
 
     ``start``: plan the commits after this position instead (a KV snapshot split covers the rest).
     ``registered``: the coordinator's record of the table, cross-checked
     (server/changelog/positions.py): its tiered position and stream UUID.
-    ``tables``: the round's tables (loaded here when not given); the plan keeps them.
+    The plan keeps ``table``.
     """
-    if tables is None:
-        tables = RoundTables(spark, stream, lake)
-    stream_table, lake_table = tables.stream_table, tables.lake_table
+    stream, lake = table.stream, table.lake
+    stream_table, lake_table = table.stream_table, table.lake_table
     positions.check_identity(stream, lake, stream_table, lake_table, registered)
     position, _, found = positions.recorded_position(lake_table, lake)
     positions.cross_check(lake, position, found, registered)
     if start is not None:
         position = start
-    log_start = int(tables.stream_properties.get(LOG_START) or 0)
+    log_start = int(table.properties.get(LOG_START) or 0)
     if position < log_start:
         raise LogTruncatedError(
             f"the lake table {lake} has tiered stream position {position}, but log retention removed the "
             f"changelog of {stream} up to position {log_start}; the lake table cannot be brought up to date "
             "from the log")
     lake_snapshot = lake_table.currentSnapshot()
-    plan = Plan(stream, lake, spec, position, None if lake_snapshot is None else int(lake_snapshot.snapshotId()),
-                end_position=position, stream_uuid=str(stream_table.uuid()), tables=tables)
+    plan = Plan(table, position, None if lake_snapshot is None else int(lake_snapshot.snapshotId()),
+                end_position=position, stream_uuid=str(stream_table.uuid()))
     head = stream_table.currentSnapshot()
     if head is None:
         return plan

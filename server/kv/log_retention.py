@@ -26,6 +26,7 @@ from tierlake.server.catalog.properties import LAKE_TABLE_PROPERTY
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.changelog import fresh_view
+from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.planner import MAINTENANCE, lake_position
 from tierlake.server.kv import snapshot_catalog as kv
 from tierlake.server.kv.leases import Leases
@@ -61,7 +62,12 @@ def retention_bound(spark: Any, stream: TablePath, props: dict[str, str], now: d
     lake = _lake(props)
     if lake is None or not spark.catalog.tableExists(lake.quoted):
         return 0
-    bound = lake_position(iceberg_table(spark, lake.quoted))[0]
+    return needed_after(spark, stream, props, lake_position(iceberg_table(spark, lake.quoted))[0], now)
+
+
+def needed_after(spark: Any, stream: TablePath, props: dict[str, str], tiered: int, now: datetime) -> int:
+    """:func:`retention_bound` for a lake tiered up to ``tiered`` (a caller holding the lake table)."""
+    bound = tiered
     if TieredSpec.from_properties(props).is_primary_key:
         snaps = kv.KvCatalog(spark).list(stream)
         if not snaps:
@@ -92,7 +98,7 @@ def apply(spark: Any, stream: TablePath, now: datetime | None = None) -> Truncat
             # position: removing what it reads would drop rows from it. Re-pinned
             # first; pins only move forward, so the bound holds after it.
             try:
-                pin = fresh_view.refresh(spark, stream, _lake(props))
+                pin = fresh_view.refresh(TableHandle(spark, stream, _lake(props)))
             except Exception:
                 log.warning("log of %s kept: its fresh view could not be re-pinned", stream, exc_info=True)
                 return result

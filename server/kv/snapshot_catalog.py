@@ -84,10 +84,15 @@ def properties(spark: Any, stream: TablePath) -> dict[str, str]:
 
 def primary_key_spec(spark: Any, stream: TablePath) -> tuple[dict[str, str], TieredSpec]:
     props = properties(spark, stream)
+    return props, require_primary_key(stream, props)
+
+
+def require_primary_key(stream: TablePath, props: dict[str, str]) -> TieredSpec:
+    """The spec of a stream with these properties; an error unless it has a primary key."""
     spec = TieredSpec.from_properties(props)
     if not spec.is_primary_key:
         raise InvalidArgumentError(f"table {stream} has no primary key: KV snapshots are kept for primary-key tables")
-    return props, spec
+    return spec
 
 
 class KvCatalog:

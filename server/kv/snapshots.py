@@ -25,6 +25,7 @@ from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.catalog.tiered_tables import create_lake_table
 from tierlake.server.changelog import lake_write
+from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.planner import range_chunk, summary
 from tierlake.server.exceptions import InvalidArgumentError, TieringGuardError
 from tierlake.server.kv.snapshot_catalog import (
@@ -39,10 +40,11 @@ from tierlake.server.kv.snapshot_catalog import (
     kv_table_name,
     kv_table_of,
     primary_key_spec,
+    require_primary_key,
     table_lock,
 )
-from tierlake.server.kv.snapshot_catalog import properties as kv_properties
 from tierlake.server.runtime import iceberg_actions as im
+from tierlake.server.runtime.jvm import string_map
 from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.kv")
@@ -81,15 +83,24 @@ def _newest_in_kv_table(spark: Any, kv: TablePath) -> tuple[int, int | None, Any
     return int(s[KV_POSITION]), int(s[KV_STREAM_SNAPSHOT]), current
 
 
-def take_snapshot(spark: Any, stream: TablePath, catalog: KvCatalog | None = None) -> tuple[KvSnapshot, bool]:
+def take_snapshot(spark: Any, stream: TablePath, catalog: KvCatalog | None = None,
+                  table: TableHandle | None = None) -> tuple[KvSnapshot, bool]:
     """A KV snapshot at the stream's current end: ``(snapshot, created)``.
 
     Nothing new since the newest snapshot → that one, ``created = False``.
+    ``table``: the stream's handle when the caller holds one (a round's
+    maintenance); its stream table, refreshed, is the one read.
     """
     catalog = catalog or KvCatalog(spark)
     with table_lock(stream):
-        props, spec = primary_key_spec(spark, stream)
-        head = iceberg_table(spark, stream.quoted).currentSnapshot()
+        if table is None:
+            props, spec = primary_key_spec(spark, stream)
+            stream_table = iceberg_table(spark, stream.quoted)
+        else:
+            stream_table = table.fresh_stream()
+            props = string_map(stream_table.properties())
+            spec = require_primary_key(stream, props)
+        head = stream_table.currentSnapshot()
         if head is None:
             raise InvalidArgumentError(f"stream table {stream} has no commits yet: there is no state to snapshot")
         end, head_id = int(head.sequenceNumber()), int(head.snapshotId())
@@ -104,19 +115,22 @@ def take_snapshot(spark: Any, stream: TablePath, catalog: KvCatalog | None = Non
             raise TieringGuardError(
                 f"the changelog of {stream} before position {props[LOG_START_PROPERTY]} was removed by log "
                 f"retention and the KV table {kv} does not reach it: the state cannot be rebuilt")
-        columns = lake_write.sync_lake_schema(spark, stream, kv)
-        changes = range_chunk(iceberg_table(spark, stream.quoted), start_id, start, head)
+        # The changelog goes into the KV table the way a round writes it into the lake.
+        into_kv = TableHandle(spark, stream, kv, stream_table=stream_table, properties=props, spec=spec,
+                              config=None if table is None else table.config)
+        columns = lake_write.sync_lake_schema(into_kv)
+        changes = range_chunk(stream_table, start_id, start, head)
         props_out = {KV_POSITION: str(end), KV_STREAM_SNAPSHOT: str(head_id), P.COMMIT_USER: lake_write.COMMIT_USER}
         before = None if current is None else int(current.snapshotId())
-        with lake_write.ChangelogWrite(spark, stream, spec, [kv.database, kv.table], changes, columns,
+        with lake_write.ChangelogWrite(into_kv, [kv.database, kv.table], changes, columns,
                                        view_prefix=VIEW_PREFIX) as write:
             write.commit(props_out)
-        new = iceberg_table(spark, kv.quoted).currentSnapshot()
+        new = into_kv.fresh_lake().currentSnapshot()
         if new is None or int(new.snapshotId()) == before:
             # The delta changed no row (only -U rows, say): an empty commit
             # still records the position.
-            lake_write.append_empty(spark, kv, props_out)
-            new = iceberg_table(spark, kv.quoted).currentSnapshot()
+            lake_write.append_empty(into_kv.lake_table, props_out)
+            new = into_kv.lake_table.currentSnapshot()
         snap = KvSnapshot(stream.database, stream.table, str(kv), int(new.snapshotId()), end, head_id,
                           datetime.fromtimestamp(new.timestampMillis() / 1000, timezone.utc))
         catalog.add(snap)
@@ -124,7 +138,8 @@ def take_snapshot(spark: Any, stream: TablePath, catalog: KvCatalog | None = Non
         return snap, True
 
 
-def compact_kv_table(spark: Any, stream: TablePath, catalog: KvCatalog | None = None) -> tuple[int, int] | None:
+def compact_kv_table(spark: Any, stream: TablePath, kv: TablePath,
+                     catalog: KvCatalog | None = None) -> tuple[int, int] | None:
     """Compact the stream's KV table when it has :data:`KV_COMPACT_MIN_FILES`
     data files or any delete file: ``(files rewritten, files added)``, or
     None when nothing was due. The ``replace`` commit carries the KV
@@ -133,24 +148,25 @@ def compact_kv_table(spark: Any, stream: TablePath, catalog: KvCatalog | None = 
     compacted one like any other and the next snapshot starts from it."""
     catalog = catalog or KvCatalog(spark)
     with table_lock(stream):
-        kv = kv_table_of(kv_properties(spark, stream))
-        if kv is None or not spark.catalog.tableExists(kv.quoted):
+        if not spark.catalog.tableExists(kv.quoted):
             return None
-        files, deletes = im.data_file_counts(iceberg_table(spark, kv.quoted))
+        kv_table = iceberg_table(spark, kv.quoted)
+        files, deletes = im.data_file_counts(kv_table)
         if files < KV_COMPACT_MIN_FILES and not deletes:
             return None
         position, stream_snapshot, current = _newest_in_kv_table(spark, kv)
         carried = {KV_POSITION: str(position), KV_STREAM_SNAPSHOT: str(stream_snapshot), P.MAINTENANCE: "compaction",
                    P.COMMIT_USER: lake_write.COMMIT_USER}
-        done = im.compact(spark, kv.quoted, {
+        done = im.compact(spark, kv_table, {
             "min-input-files": "2", "delete-file-threshold": "1", "remove-dangling-deletes": "true",
             "use-starting-sequence-number": "false"}, carried)  # every delete file dangles after (table_maintenance)
-        new = iceberg_table(spark, kv.quoted).currentSnapshot()
+        kv_table.refresh()  # committed by Spark's action
+        new = kv_table.currentSnapshot()
         if new is not None and KV_POSITION not in summary(new):
             # Iceberg removes the dangling delete files in a commit of its own, without the
             # rewrite's summary: the KV table's current snapshot must name its position.
-            lake_write.append_empty(spark, kv, carried)
-            new = iceberg_table(spark, kv.quoted).currentSnapshot()
+            lake_write.append_empty(kv_table, carried)
+            new = kv_table.currentSnapshot()
         if new is not None and int(new.snapshotId()) != int(current.snapshotId()):
             catalog.add(KvSnapshot(stream.database, stream.table, str(kv), int(new.snapshotId()), position,
                                    stream_snapshot, datetime.fromtimestamp(new.timestampMillis() / 1000,

@@ -66,14 +66,15 @@ from datetime import datetime, timezone
 from typing import Any
 
 from tierlake.server.catalog import properties as P
-from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.changelog import fresh_view
+from tierlake.server.changelog.handle import TableHandle
+from tierlake.server.changelog.positions import lake_position
 from tierlake.server.changelog.positions import summary as _summary
 from tierlake.server.coordinator.maintenance_schedule import MaintenanceAction
 from tierlake.server.ingest import ledger
 from tierlake.server.kv import snapshot_catalog as kv
-from tierlake.server.kv.log_retention import retention_bound
+from tierlake.server.kv.log_retention import needed_after
 from tierlake.server.kv.snapshot_catalog import kv_table_of
 from tierlake.server.kv.snapshots import compact_kv_table, take_snapshot
 from tierlake.server.maintenance.kv_tables import snapshot_interval
@@ -81,7 +82,6 @@ from tierlake.server.observability import metrics
 from tierlake.server.runtime import iceberg_actions as im
 from tierlake.server.runtime.javaext import STREAM_INGEST
 from tierlake.server.runtime.jvm import jclass
-from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.maintenance")
 
@@ -140,8 +140,8 @@ def _timed(kind: str, target: TablePath, body: Callable[[Action], None]) -> Acti
     return action
 
 
-def compact_lake(spark: Any, lake: TablePath, action: Action) -> None:
-    table = iceberg_table(spark, lake.quoted)
+def compact_lake(handle: TableHandle, action: Action) -> None:
+    table = handle.fresh_lake()
     files, deletes = im.data_file_counts(table)
     if files < COMPACT_MIN_FILES and not deletes:
         action.detail = f"skipped: {files} data file(s), no delete files"
@@ -158,18 +158,18 @@ def compact_lake(spark: Any, lake: TablePath, action: Action) -> None:
     # snapshot's number, and the deletes of that snapshot (the last round's
     # MERGE) stayed: "delete files 8 -> 4". Safe here: no round of the table
     # runs during its maintenance, and a conflicting user DELETE fails the rewrite.
-    done = im.compact(spark, lake.quoted, {
+    done = im.compact(handle.spark, table, {
         "min-input-files": str(COMPACT_MIN_FILES), "delete-file-threshold": "1",
         "remove-dangling-deletes": "true", "use-starting-sequence-number": "false"},
         {**carried, P.MAINTENANCE: "compaction"})
-    after_files, after_deletes = im.data_file_counts(iceberg_table(spark, lake.quoted))
+    after_files, after_deletes = im.data_file_counts(handle.fresh_lake())
     action.files_rewritten, action.files_added = done.files_rewritten, done.files_added
     action.delete_files_rewritten = max(done.delete_files_removed, deletes - after_deletes)
     action.detail = f"data files {files} -> {after_files}, delete files {deletes} -> {after_deletes}"
 
 
-def compact_stream(spark: Any, stream: TablePath, action: Action) -> None:
-    table = iceberg_table(spark, stream.quoted)
+def compact_stream(handle: TableHandle, action: Action) -> None:
+    table = handle.fresh_stream()
     files, deletes = im.data_file_counts(table)
     if deletes:
         action.detail = f"skipped: {deletes} delete file(s) from a user change (see sys.drop_stream_commit)"
@@ -181,58 +181,57 @@ def compact_stream(spark: Any, stream: TablePath, action: Action) -> None:
     # rewritten from two small files, so a run leaves about one file per
     # bucket (with five, up to four per bucket stayed behind each run).
     # With metastore locks: the table's committers hold back for the commit (session.LOCKING_CATALOG).
-    done = im.compact(spark, stream.quoted, {"min-input-files": str(STREAM_GROUP_MIN_FILES)},
-                      {P.MAINTENANCE: "compaction"}, locking=True)
-    after_files, _ = im.data_file_counts(iceberg_table(spark, stream.quoted))
+    done = im.compact(handle.spark, handle.locking_stream, {"min-input-files": str(STREAM_GROUP_MIN_FILES)},
+                      {P.MAINTENANCE: "compaction"})
+    after_files, _ = im.data_file_counts(handle.fresh_stream())
     action.files_rewritten, action.files_added = done.files_rewritten, done.files_added
     action.detail = f"data files {files} -> {after_files}"
 
 
-def expire_lake(spark: Any, lake: TablePath, max_age_ms: int, keep: int, action: Action,
-                stream: TablePath | None = None) -> None:
-    if stream is not None:
-        # The fresh view reads the lake snapshot it was pinned to; its re-pin runs after the
-        # round's report, i.e. after this (server/changelog/fresh_view.py). Re-pinned first, and
-        # whatever it pins then kept (its re-pin may fail; a newer one never moves it back).
-        try:
-            fresh_view.refresh(spark, stream, lake)
-        except Exception:  # the snapshot it still pins is kept below
-            log.warning("could not re-pin the fresh view of %s before expiring %s", stream, lake, exc_info=True)
-    table = iceberg_table(spark, lake.quoted)
+def expire_lake(handle: TableHandle, max_age_ms: int, keep: int, action: Action) -> None:
+    # The fresh view reads the lake snapshot it was pinned to; its re-pin runs after the
+    # round's report, i.e. after this (server/changelog/fresh_view.py). Re-pinned first, and
+    # whatever it pins then kept (its re-pin may fail; a newer one never moves it back).
+    try:
+        fresh_view.refresh(handle)
+    except Exception:  # the snapshot it still pins is kept below
+        log.warning("could not re-pin the fresh view of %s before expiring %s", handle.stream, handle.lake,
+                    exc_info=True)
+    table = handle.fresh_lake()
     cutoff = int(time.time() * 1000) - max_age_ms
     tiering = newest_tiering_snapshot(table)
     if tiering is not None:
         cutoff = min(cutoff, int(tiering.timestampMillis()))
-    pinned = None if stream is None else fresh_view.pinned_lake_snapshot(spark, stream)
+    pinned = fresh_view.pinned_lake_snapshot(handle)
     if pinned is not None and table.snapshot(pinned) is not None:
         # Iceberg expires snapshots strictly older than the cutoff: the pinned one and newer stay.
         cutoff = min(cutoff, int(table.snapshot(pinned).timestampMillis()))
-    action.snapshots_expired = im.expire_snapshots(spark, lake.quoted, cutoff, keep)
-    action.detail = f"{im.snapshot_count(iceberg_table(spark, lake.quoted))} snapshot(s) kept"
+    action.snapshots_expired = im.expire_snapshots(handle.spark, table, cutoff, keep)
+    action.detail = f"{im.snapshot_count(handle.fresh_lake())} snapshot(s) kept"
 
 
-def remove_orphans(spark: Any, target: TablePath, min_age_ms: int, action: Action) -> None:
-    action.orphans_removed = im.remove_orphans(spark, target.quoted, int(time.time() * 1000) - min_age_ms)
+def remove_orphans(spark: Any, table: Any, min_age_ms: int, action: Action) -> None:
+    action.orphans_removed = im.remove_orphans(spark, table, int(time.time() * 1000) - min_age_ms)
 
 
-def expire_stream(spark: Any, stream: TablePath, props: dict[str, str], position: int, max_age_ms: int, keep: int,
-                  action: Action, lake: TablePath | None = None, config: Any = None) -> None:
-    if lake is not None:
-        # The fresh view reads the stream after the snapshot it was pinned to
-        # (server/changelog/fresh_view.py): normally the tiered position's,
-        # but a round whose refresh failed left it further back, and expiring
-        # the snapshots after it would break the view. Re-pin it here.
-        try:
-            pin = fresh_view.refresh(spark, stream, lake)
-            if pin is not None:  # the pin in force (another process's may be newer, never older)
-                position = min(position, pin)
-        except Exception as e:  # recorded in the action's detail
-            action.snapshots_expired = 0
-            action.detail = f"kept all: the fresh view could not be re-pinned ({type(e).__name__}: {e})"[:2048]
-            log.warning("stream snapshots of %s kept: its fresh view could not be re-pinned", stream, exc_info=True)
-            return
-    bound = min(position, retention_bound(spark, stream, props, datetime.now(timezone.utc)))
-    table = iceberg_table(spark, stream.quoted)
+def expire_stream(handle: TableHandle, position: int, max_age_ms: int, keep: int, action: Action) -> None:
+    spark, stream, props = handle.spark, handle.stream, handle.properties
+    # The fresh view reads the stream after the snapshot it was pinned to
+    # (server/changelog/fresh_view.py): normally the tiered position's,
+    # but a round whose refresh failed left it further back, and expiring
+    # the snapshots after it would break the view. Re-pin it here.
+    try:
+        pin = fresh_view.refresh(handle)
+        if pin is not None:  # the pin in force (another process's may be newer, never older)
+            position = min(position, pin)
+    except Exception as e:  # recorded in the action's detail
+        action.snapshots_expired = 0
+        action.detail = f"kept all: the fresh view could not be re-pinned ({type(e).__name__}: {e})"[:2048]
+        log.warning("stream snapshots of %s kept: its fresh view could not be re-pinned", stream, exc_info=True)
+        return
+    tiered = lake_position(handle.fresh_lake())[0]
+    bound = min(position, needed_after(spark, stream, props, tiered, datetime.now(timezone.utc)))
+    table = handle.locking_stream
     ancestry = _ancestry(spark, table)
     needed = next((s for s in ancestry if s.sequence_number <= bound), None)
     if needed is None:
@@ -254,28 +253,27 @@ def expire_stream(spark: Any, stream: TablePath, props: dict[str, str], position
     if len(ancestry) >= keep:
         cutoff = min(cutoff, ancestry[keep - 1].timestamp_ms)
     recorded = []
-    keep_for = ledger.retention(config)
+    keep_for = ledger.retention(handle.config)
 
     def record(removed: Any) -> None:
         recorded.append(ledger.record_expiring(spark, table, removed, keep_for))
 
-    action.snapshots_expired = im.expire_snapshots(spark, stream.quoted, cutoff, keep, before_commit=record,
-                                                   locking=True)
-    kept = im.snapshot_count(iceberg_table(spark, stream.quoted))
+    action.snapshots_expired = im.expire_snapshots(spark, table, cutoff, keep, before_commit=record)
+    kept = im.snapshot_count(handle.fresh_stream())
     action.detail = f"kept position {bound} and after; {kept} snapshot(s) kept"
     if recorded and recorded[0]:
         action.detail += f"; {recorded[0]} request id(s) moved to {ledger.LEDGER}"
 
 
-def kv_snapshot_for_bound(spark: Any, stream: TablePath, props: dict[str, str], position: int, config: Any,
-                          action: Action) -> None:
+def kv_snapshot_for_bound(handle: TableHandle, position: int, action: Action) -> None:
     """A KV snapshot now when the newest one holds back more than
     ``table.datalake.stream.max-snapshots`` tiered stream snapshots, at most
     every :data:`KV_PRESSURE_MIN_GAP_S`: a primary-key stream keeps its
     changelog back to the newest KV snapshot (the state can be rebuilt from
     it), which at a high write rate is many snapshots between periodic ones.
     Not with ``kv.snapshot.interval = 0`` (KV snapshots only on demand)."""
-    if snapshot_interval(props, config).total_seconds() <= 0:
+    spark, stream, props = handle.spark, handle.stream, handle.properties
+    if snapshot_interval(props, handle.config).total_seconds() <= 0:
         action.detail = "skipped: kv.snapshot.interval is 0"
         return
     catalog = kv.KvCatalog(spark)
@@ -284,19 +282,19 @@ def kv_snapshot_for_bound(spark: Any, stream: TablePath, props: dict[str, str], 
     if newest is not None and (kv.utcnow() - newest.created_at).total_seconds() < KV_PRESSURE_MIN_GAP_S:
         action.detail = "skipped: the newest KV snapshot is recent"
         return
-    held = sum(1 for s in _ancestry(spark, iceberg_table(spark, stream.quoted))
+    held = sum(1 for s in _ancestry(spark, handle.fresh_stream())
                if since < s.sequence_number <= position)
     most = P.read(props, P.STREAM_MAX_SNAPSHOTS)
     if held <= most:
         action.detail = f"skipped: {held} tiered stream snapshot(s) after the newest KV snapshot"
         return
-    snap, created = take_snapshot(spark, stream, catalog)
+    snap, created = take_snapshot(spark, stream, catalog, handle)
     action.detail = (f"KV snapshot {snap.snapshot_id} at position {snap.log_position}: {held} tiered stream "
                      f"snapshot(s) were held back (more than {most})" if created else "nothing new")
 
 
-def compact_kv(spark: Any, stream: TablePath, action: Action) -> None:
-    done = compact_kv_table(spark, stream)
+def compact_kv(handle: TableHandle, kv_table: TablePath, action: Action) -> None:
+    done = compact_kv_table(handle.spark, handle.stream, kv_table)
     if done is None:
         action.detail = "skipped: nothing to compact"
         return
@@ -304,60 +302,60 @@ def compact_kv(spark: Any, stream: TablePath, action: Action) -> None:
     action.detail = f"data files {done[0]} rewritten into {done[1]}"
 
 
-def maintain(spark: Any, stream: TablePath, lake: TablePath, props: dict[str, str], position: int,
-             orphans: bool = True, config: Any = None) -> list[Action]:
-    """Run every action on the table; see the module docstring."""
+def maintain(table: TableHandle, position: int, orphans: bool = True) -> list[Action]:
+    """Run every action on the handle's table; see the module docstring."""
+    stream, lake, props = table.stream, table.lake, table.properties
     max_age_ms = int(P.read(props, P.SNAPSHOT_MAX_AGE).total_seconds() * 1000)
     keep = P.read(props, P.SNAPSHOT_MIN_RETAINED)
     compaction = P.read(props, P.AUTO_COMPACTION)
     actions = []
     # Users' INSERTs commit to the stream, each writing a new metadata.json:
     # without these properties Iceberg keeps every one of them.
-    for target in (lake, stream):
+    for target, loaded in ((lake, table.fresh_lake), (stream, table.fresh_stream)):
         try:
-            im.bound_metadata(iceberg_table(spark, target.quoted))
+            im.bound_metadata(loaded())
         except Exception:
             log.warning("could not set metadata properties of %s", target, exc_info=True)
     if compaction:
-        actions.append(_timed("compaction", lake, lambda a: compact_lake(spark, lake, a)))
-    actions.append(_timed("expire_snapshots", lake, lambda a: expire_lake(spark, lake, max_age_ms, keep, a, stream)))
+        actions.append(_timed("compaction", lake, lambda a: compact_lake(table, a)))
+    actions.append(_timed("expire_snapshots", lake, lambda a: expire_lake(table, max_age_ms, keep, a)))
     if orphans:
-        actions.append(_timed("orphan_files", lake, lambda a: remove_orphans(spark, lake, ORPHAN_MIN_AGE_MS, a)))
+        actions.append(_timed("orphan_files", lake,
+                              lambda a: remove_orphans(table.spark, table.fresh_lake(), ORPHAN_MIN_AGE_MS, a)))
     if compaction:
-        actions.append(_timed("stream_compaction", stream, lambda a: compact_stream(spark, stream, a)))
-    if TieredSpec.from_properties(props).is_primary_key:
-        actions.append(_timed("kv_snapshot", stream,
-                              lambda a: kv_snapshot_for_bound(spark, stream, props, position, config, a)))
+        actions.append(_timed("stream_compaction", stream, lambda a: compact_stream(table, a)))
+    if table.spec.is_primary_key:
+        actions.append(_timed("kv_snapshot", stream, lambda a: kv_snapshot_for_bound(table, position, a)))
         # Read again: the snapshot just taken may have created the KV table.
-        kv_table = kv_table_of(dict(iceberg_table(spark, stream.quoted).properties()))
+        kv_table = kv_table_of(table.current_properties())
         if compaction and kv_table is not None:
-            actions.append(_timed("kv_compaction", kv_table, lambda a: compact_kv(spark, stream, a)))
+            actions.append(_timed("kv_compaction", kv_table, lambda a: compact_kv(table, kv_table, a)))
     actions.append(_timed("stream_expire_snapshots", stream,
-                          lambda a: expire_stream(spark, stream, props, position, max_age_ms, keep, a, lake,
-                                                 config)))
+                          lambda a: expire_stream(table, position, max_age_ms, keep, a)))
     if orphans:
         actions.append(_timed("stream_orphan_files", stream,
-                              lambda a: remove_orphans(spark, stream, STREAM_ORPHAN_MIN_AGE_MS, a)))
+                              lambda a: remove_orphans(table.spark, table.fresh_stream(), STREAM_ORPHAN_MIN_AGE_MS,
+                                                       a)))
     return actions
 
 
-def after_round(spark: Any, client: Any, job_id: str, table_id: int, epoch: int, stream: TablePath,
-                lake: TablePath, props: dict[str, str], position: int,
-                data_files: tuple[int, int] | None = None, config: Any = None) -> list[Action] | None:
-    """The worker's hook between a round and its report: maintenance if due.
-    ``data_files``: the stream's and the lake's live data files as the round saw them.
+def after_round(table: TableHandle, client: Any, position: int) -> list[Action] | None:
+    """The worker's hook between a round and its report: maintenance of the handle's table if due.
 
     Never raises: maintenance never fails a round."""
+    stream = table.stream
     try:
-        files = {} if data_files is None else {"stream_data_files": data_files[0], "lake_data_files": data_files[1]}
-        rows = client.call("maintenance_due", job_id=job_id, table_id=table_id, tiering_epoch=epoch, **files)
+        counts = table.data_files()  # the stream's and the lake's live data files as the round saw them
+        files = {} if counts is None else {"stream_data_files": counts[0], "lake_data_files": counts[1]}
+        rows = client.call("maintenance_due", job_id=table.job_id, table_id=table.table_id,
+                           tiering_epoch=table.epoch, **files)
         due, trigger, run_id, orphans = rows[0][0], rows[0][1], rows[0][2], rows[0][3]
         if not due:
             return None
         started = time.monotonic()
-        actions = maintain(spark, stream, lake, props, position, orphans=bool(orphans), config=config)
-        client.call("record_maintenance", job_id=job_id, table_id=table_id, tiering_epoch=epoch, run_id=run_id,
-                    run_trigger=trigger, actions=[asdict(a) for a in actions])
+        actions = maintain(table, position, orphans=bool(orphans))
+        client.call("record_maintenance", job_id=table.job_id, table_id=table.table_id, tiering_epoch=table.epoch,
+                    run_id=run_id, run_trigger=trigger, actions=[asdict(a) for a in actions])
         metrics.maintenance_ran(stream, actions)
         log.info("maintenance of %s (%s, %.1f s): %s", stream, trigger, time.monotonic() - started,
                  "; ".join(f"{a.kind} ({a.duration_ms / 1000:.1f} s): {a.error or a.detail or 'done'}"

@@ -24,11 +24,12 @@ log = logging.getLogger("tierlake.quality")
 
 
 class QualityGate:
-    def __init__(self, spark: Any, plan: Any, table_id: int, epoch: int):
-        self.spark, self.plan, self.table_id, self.epoch = spark, plan, table_id, epoch
+    def __init__(self, plan: Any):
+        table = plan.table  # the round's handle (server/changelog/handle.py)
+        self.spark, self.plan, self.table_id, self.epoch = table.spark, plan, table.table_id, table.epoch
         # Table id 0 is an atomic CTAS filling its staged tables (server/ctas.py):
         # they have no expectations yet, and the statement is all-or-nothing anyway.
-        self.mode = plan.spec.quality if table_id > 0 else "off"
+        self.mode = plan.spec.quality if self.table_id > 0 else "off"
 
     def _target(self, ref: str, position: int, stream_snapshot_id: int | None, trigger: str) -> suite.Target:
         return suite.Target(self.table_id, self.plan.stream, self.plan.lake, self.plan.spec, position,

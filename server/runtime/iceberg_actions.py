@@ -13,8 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tierlake.server.runtime.session import iceberg_table
-
 # Old metadata files are deleted after each commit; this many previous ones stay.
 METADATA_PROPERTIES = {
     "write.metadata.delete-after-commit.enabled": "true",
@@ -46,17 +44,17 @@ def bound_metadata(table: Any) -> bool:
     return True
 
 
-def expire_snapshots(spark: Any, name: str, older_than_ms: int, retain_last: int,
-                     before_commit: Callable[[Any], None] | None = None, locking: bool = False) -> int:
-    """Expire snapshots of ``name`` older than ``older_than_ms`` beyond the newest
-    ``retain_last`` of ``main``; their unreferenced files go with them. Tagged
+def expire_snapshots(spark: Any, table: Any, older_than_ms: int, retain_last: int,
+                     before_commit: Callable[[Any], None] | None = None) -> int:
+    """Expire snapshots of ``table`` (an Iceberg ``Table``, refreshed here) older than
+    ``older_than_ms`` beyond the newest ``retain_last`` of ``main``; their unreferenced files go with them. Tagged
     and branched snapshots stay (Iceberg keeps what a ref retains).
     ``before_commit`` gets the snapshots the expiry removes (a Java list,
     Iceberg's own answer) before it commits; if it raises, nothing is expired.
-    ``locking``: commit with metastore locks (session.iceberg_table), as
-    maintenance of a stream table does.
+    A stream table's maintenance passes the table loaded with metastore
+    locks (session.iceberg_table's ``locking``).
     Returns how many snapshots were expired (0 commits nothing)."""
-    table = iceberg_table(spark, name, locking=locking)
+    table.refresh()
     times = sorted((int(s.timestampMillis()) for s in table.snapshots()), reverse=True)
     if not any(t < older_than_ms for t in times[retain_last:]):
         return 0  # nothing to expire: no commit (an expiry commits new metadata even when empty)
@@ -79,12 +77,12 @@ def data_file_counts(table: Any) -> tuple[int, int]:
     return int(summary.get("total-data-files") or 0), int(summary.get("total-delete-files") or 0)
 
 
-def compact(spark: Any, name: str, options: dict[str, str], properties: dict[str, str] | None = None,
-            locking: bool = False) -> Compaction:
-    """Rewrite small data files (and those with merge-on-read deletes) of ``name``;
-    the commit (a ``replace``) carries ``properties`` in its summary."""
+def compact(spark: Any, table: Any, options: dict[str, str], properties: dict[str, str] | None = None) -> Compaction:
+    """Rewrite small data files (and those with merge-on-read deletes) of ``table`` (an Iceberg
+    ``Table``; a stream's loaded with metastore locks); the commit (a ``replace``) carries
+    ``properties`` in its summary."""
     jvm = spark.sparkContext._jvm
-    table = iceberg_table(spark, name, locking=locking)
+    table.refresh()
     action = jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession).rewriteDataFiles(table)
     for key, value in options.items():
         action = action.option(key, value)
@@ -99,12 +97,12 @@ def compact(spark: Any, name: str, options: dict[str, str], properties: dict[str
     return out
 
 
-def remove_orphans(spark: Any, name: str, older_than_ms: int) -> int:
-    """Delete files under the table's location that no snapshot or metadata
-    references and that are older than ``older_than_ms`` (younger ones may
-    belong to a commit in flight)."""
+def remove_orphans(spark: Any, table: Any, older_than_ms: int) -> int:
+    """Delete files under ``table``'s location (an Iceberg ``Table``, refreshed here) that no snapshot
+    or metadata references and that are older than ``older_than_ms`` (younger ones may belong to a
+    commit in flight)."""
     jvm = spark.sparkContext._jvm
-    table = iceberg_table(spark, name)
+    table.refresh()
     result = (jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
               .deleteOrphanFiles(table).olderThan(int(older_than_ms)).execute())
     count = 0

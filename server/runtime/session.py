@@ -433,6 +433,13 @@ def private_session(spark: Any) -> Any:
     return session
 
 
+def activate(spark: Any) -> None:
+    """Bind ``spark`` as this thread's active Spark session: Iceberg's Spark3Util and the session
+    catalog's view loads resolve through it, and a py4j thread other than the one that made the
+    session has none (or another's)."""
+    jclass("org.apache.spark.sql.SparkSession", spark.sparkContext._jvm).setActiveSession(spark._jsparkSession)
+
+
 def iceberg_table(spark: Any, name: str, locking: bool = False) -> Any:
     """The Iceberg ``Table`` (Java) behind ``name`` in the session catalog.
 
@@ -445,7 +452,7 @@ def iceberg_table(spark: Any, name: str, locking: bool = False) -> Any:
     Spark's V1 table instead ("V1Table(...) is not an Iceberg table").
     """
     jvm = spark.sparkContext._jvm
-    jclass("org.apache.spark.sql.SparkSession", jvm).setActiveSession(spark._jsparkSession)
+    activate(spark)
     if locking and spark.conf.get(f"spark.sql.catalog.{LOCKING_CATALOG}", None):
         name = f"{LOCKING_CATALOG}.{name}"
     return jclass("org.apache.iceberg.spark.Spark3Util", jvm).loadIcebergTable(spark._jsparkSession, name)

@@ -166,7 +166,7 @@ class Housekeeper(threading.Thread):
         out = {}
         for name in names if names is not None else self.existing():
             try:
-                out[name] = im.expire_snapshots(self.spark, name, now_ms, self.keep)
+                out[name] = im.expire_snapshots(self.spark, iceberg_table(self.spark, name), now_ms, self.keep)
             except Exception:
                 log.warning("expiring snapshots of %s failed", name, exc_info=True)
         return out
@@ -203,9 +203,10 @@ class Housekeeper(threading.Thread):
             try:
                 if not self.spark.catalog.tableExists(name):
                     continue
-                files, deletes = im.data_file_counts(iceberg_table(self.spark, name))
+                table = iceberg_table(self.spark, name)
+                files, deletes = im.data_file_counts(table)
                 if files > HISTORY_MAX_FILES or deletes:
-                    done = im.compact(self.spark, name, {"min-input-files": "2", "delete-file-threshold": "1",
+                    done = im.compact(self.spark, table, {"min-input-files": "2", "delete-file-threshold": "1",
                                                          "rewrite-all": "true"})
                     out[name] = done.files_rewritten
             except Exception:
@@ -217,7 +218,7 @@ class Housekeeper(threading.Thread):
         out = {}
         for name in self.existing():
             try:
-                removed = im.remove_orphans(self.spark, name, cutoff)
+                removed = im.remove_orphans(self.spark, iceberg_table(self.spark, name), cutoff)
                 if removed:
                     out[name] = removed
             except Exception:

@@ -34,12 +34,14 @@ from datetime import datetime, timezone
 from typing import Any
 
 from tierlake import sql
+from tierlake.server.catalog import properties as P
 from tierlake.server.catalog.columns import columns_of
 from tierlake.server.catalog.properties import validate
 from tierlake.server.catalog.spec import CHANGE_TYPE, TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.catalog.tiered_tables import create_lake_table, create_stream_table, lake_path, stream_properties
 from tierlake.server.changelog import fresh_view
+from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.planner import plan_round
 from tierlake.server.coordinator.registration import coordinator, find_registered, register_table
 from tierlake.server.coordinator.state_machine import Status
@@ -277,9 +279,11 @@ class TwoPhaseCreate:
             if cancelled():
                 raise OperationCancelledError("the statement was cancelled")
 
-        plan = plan_round(self.spark, self.staged_stream, self.staged_lake, self.spec)
-        result = run_round(self.spark, plan, table_id=0, epoch=0, job_id=f"ctas-{self.ctas_id}", check_epoch=check,
-                           max_duration_s=float("inf"), chunk_rows=1 << 62)
+        # All or nothing: the staged rows in one commit, however long it takes.
+        staged = TableHandle(self.spark, self.staged_stream, self.staged_lake, job_id=f"ctas-{self.ctas_id}",
+                             config=self.ctx.config, spec=self.spec,
+                             overrides={P.MAX_ROUND: None, P.CHUNK_ROWS: 1 << 62})
+        result = run_round(plan_round(staged), check_epoch=check)
         self.position = result.end_position
         # Before anything is renamed: recovery registers at this position.
         self.journal.advance(self.ctas_id, WRITTEN, tiered_position=self.position)

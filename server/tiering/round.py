@@ -11,9 +11,10 @@ The steps of a round, in order (:func:`run_round`): sync the lake schema →
 open the branch (beside the first chunk's preparation) → per chunk: write it to the branch, quality gate, check the
 epoch, fast-forward ``main`` → drop the branch → schedule the fresh view's re-pin
 (or leave it to the caller, after its report: ``defer_repin``) → warn-mode
-quality check. Every step reads the stream and lake tables the plan loaded
-(:mod:`tierlake.server.changelog.round_tables`), refreshing the lake where it
-decides on ``main`` or the branch.
+quality check. Every step reads the table through the plan's handle
+(:mod:`tierlake.server.changelog.handle`: its assignment, spec and the stream
+and lake tables loaded once), refreshing the lake where it decides on
+``main`` or the branch.
 The fault points (``after-plan``, ``during-write``, ``before-commit``,
 ``after-lake-commit``) name where the crash-safety tests kill a worker.
 """
@@ -30,10 +31,10 @@ from typing import Any
 
 from tierlake.server.catalog import properties as P
 from tierlake.server.changelog import file_copy, fresh_view, lake_write, write_strategy
+from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.lake_schema import Carried
 from tierlake.server.changelog.planner import SOURCE_POSITION, SOURCE_SNAPSHOT, Chunk, Plan
 from tierlake.server.changelog.positions import position_properties
-from tierlake.server.changelog.round_tables import RoundTables
 from tierlake.server.changelog.write_strategy import WriteStrategy
 from tierlake.server.exceptions import FencedEpochError
 from tierlake.server.quality.gate import QualityGate
@@ -65,19 +66,13 @@ class RoundResult:
         self.commits += 1
 
 
-def run_round(
-    spark: Any,
-    plan: Plan,
-    table_id: int,
-    epoch: int,
-    job_id: str,
-    check_epoch: Callable[[], None],
-    max_duration_s: float,
-    chunk_rows: int,
-    hook: Callable[[str], None] | None = None,
-    defer_repin: bool = False,
-) -> RoundResult:
-    """Tier ``plan`` into the lake; see the module docstring for the protocol.
+def run_round(plan: Plan, check_epoch: Callable[[], None], hook: Callable[[str], None] | None = None,
+              defer_repin: bool = False) -> RoundResult:
+    """Tier ``plan`` into its table's lake; see the module docstring for the protocol.
+
+    The round runs under the handle's assignment (``plan.table``: table id,
+    epoch, job), for at most ``table.datalake.tiering.max-round-duration``
+    (none: no bound), in chunks of ``table.datalake.tiering.chunk-rows``.
 
     ``hook`` is called with the name of each step (tests pause a worker there).
     ``defer_repin``: a round that returns leaves the fresh view's re-pin to the
@@ -91,19 +86,22 @@ def run_round(
             hook(name)
 
     started = time.monotonic()
+    table = plan.table
+    max_round = table.setting(P.MAX_ROUND)
+    max_duration_s = float("inf") if max_round is None else max_round.total_seconds()
+    chunk_rows = table.setting(P.CHUNK_ROWS)
     result = RoundResult(end_position=plan.lake_position)
     if plan.empty:
         # Nothing to tier, but an ALTER TABLE on the stream reaches the lake and the
         # fresh view within a freshness interval all the same (cached when unchanged).
-        tables = _tables(spark, plan)
-        lake_write.sync_lake_schema(spark, plan.stream, plan.lake, tables)
-        result.schema_changed = fresh_view.schema_changed(tables)
+        lake_write.sync_lake_schema(table)
+        result.schema_changed = fresh_view.schema_changed(table)
         return result
-    columns = lake_write.sync_lake_schema(spark, plan.stream, plan.lake, _tables(spark, plan))
-    branch = branch_name(table_id, epoch)
+    columns = lake_write.sync_lake_schema(table)
+    branch = branch_name(table.table_id, table.epoch)
     # The branch is created (a lake commit) while the first chunk's write is prepared: reading the
     # stream's metadata and rendering the MERGE need no branch, only its name.
-    opening = _OPENER.submit(open_branch, spark, plan, table_id, epoch, branch)
+    opening = _OPENER.submit(open_branch, plan, branch)
     opened = False
 
     def branch_ready() -> None:
@@ -112,18 +110,18 @@ def run_round(
             opening.result()  # FencedEpochError: main moved since the plan, nothing was written
             opened = True
 
-    gate = QualityGate(spark, plan, table_id, epoch)  # table.datalake.quality (server/quality/gate.py)
+    gate = QualityGate(plan)  # table.datalake.quality (server/quality/gate.py)
     branch_dropped = published = returned = False
     try:
         chunks = plan.chunks(chunk_rows)
         for index, chunk in enumerate(chunks):
-            write_chunk(spark, plan, chunk, branch, columns, commit_properties(table_id, epoch, job_id, chunk), point,
-                        branch_ready, into_empty=index == 0 and plan.lake_snapshot_id is None)
+            write_chunk(plan, chunk, branch, columns, commit_properties(table, chunk), point, branch_ready,
+                        into_empty=index == 0 and plan.lake_snapshot_id is None)
             gate.before_publish(branch, chunk)  # block mode: a failing branch is never published
             point("before-commit")
             check_epoch()
             last = index == len(chunks) - 1 or time.monotonic() - started >= max_duration_s
-            fast_forward(spark, plan, branch, epoch, drop_branch=last,
+            fast_forward(plan, branch, drop_branch=last,
                          recorded=position_properties(chunk.end_position, chunk.end_snapshot_id, plan.stream_uuid))
             published = True
             branch_dropped = last
@@ -142,21 +140,15 @@ def run_round(
             except Exception:  # noqa: BLE001 - not created, or open_branch removed it itself
                 pass
         if opened and not branch_dropped:
-            drop_branch(spark, plan, branch)
+            drop_branch(plan, branch)
         if published and not (returned and defer_repin):
             # Once per round, after its last lake commit (also one that a later chunk's failure
             # follows): every pin the view ever had is exact on its own (server/changelog/fresh_view.py),
             # an older one only reads more of the stream, so the pins between two commits of one
             # round were never needed.
-            fresh_view.after_lake_commit(spark, plan)
+            fresh_view.after_lake_commit(table)
     gate.after_round(result.commits, result.end_position)  # warn mode: validate what was published
     return result
-
-
-def _tables(spark: Any, plan: Plan) -> RoundTables:
-    if plan.tables is None:  # a plan built by hand (tests)
-        plan.tables = RoundTables(spark, plan.stream, plan.lake)
-    return plan.tables
 
 
 # Threads that create rounds' branches (open_branch) while the rounds prepare their first writes: one per
@@ -169,15 +161,15 @@ def branch_name(table_id: int, epoch: int) -> str:
     return f"{BRANCH_PREFIX}{table_id}_{epoch}_{uuid.uuid4().hex[:8]}"
 
 
-def open_branch(spark: Any, plan: Plan, table_id: int, epoch: int, branch: str | None = None) -> str:
+def open_branch(plan: Plan, branch: str | None = None) -> str:
     """Create the round's branch exactly where the plan found ``main``; fenced if ``main`` moved.
 
     Runs in an opener thread beside the round's own (:func:`run_round`): only
     it uses the round's lake table object until the round waits for it."""
-    tables = _tables(spark, plan)
+    tables, epoch = plan.table, plan.table.epoch
     lake = tables.fresh_lake()  # the refs as they are now, as a fresh load would show them
-    branch = branch or branch_name(table_id, epoch)
-    _drop_stale_branches(lake, table_id)
+    branch = branch or branch_name(tables.table_id, epoch)
+    _drop_stale_branches(lake, tables.table_id)
     manage = lake.manageSnapshots()
     (manage.createBranch(branch, plan.lake_snapshot_id) if plan.lake_snapshot_id is not None
      else manage.createBranch(branch)).commit()
@@ -203,19 +195,19 @@ def open_branch(spark: Any, plan: Plan, table_id: int, epoch: int, branch: str |
     return branch
 
 
-def commit_properties(table_id: int, epoch: int, job_id: str, chunk: Chunk) -> dict[str, str]:
+def commit_properties(table: TableHandle, chunk: Chunk) -> dict[str, str]:
     """The summary of a chunk's lake commit: the stream position it covers is where the next round starts."""
     return {
-        P.TIERING_TABLE_ID: str(table_id),
-        P.TIERING_EPOCH: str(epoch),
+        P.TIERING_TABLE_ID: str(table.table_id),
+        P.TIERING_EPOCH: str(table.epoch),
         SOURCE_POSITION: str(chunk.end_position),
         SOURCE_SNAPSHOT: str(chunk.end_snapshot_id),
-        P.TIERING_JOB_ID: job_id,
+        P.TIERING_JOB_ID: table.job_id,
         P.COMMIT_USER: lake_write.COMMIT_USER,
     }
 
 
-def write_chunk(spark: Any, plan: Plan, chunk: Chunk, branch: str, columns: list[Carried],
+def write_chunk(plan: Plan, chunk: Chunk, branch: str, columns: list[Carried],
                 properties: dict[str, str], point: Callable[[str], None],
                 branch_ready: Callable[[], None] = lambda: None, into_empty: bool = False) -> None:
     """One chunk as one commit on the branch, written the way server/changelog/write_strategy.py
@@ -226,11 +218,11 @@ def write_chunk(spark: Any, plan: Plan, chunk: Chunk, branch: str, columns: list
     (the round's first chunk into a lake that had no snapshot when planned); a primary-key range
     whose lake is bucketed only by the key is then appended rather than merged."""
     target = [plan.lake.database, plan.lake.table, f"branch_{branch}"]
-    tables = None if chunk.snapshot is not None else _tables(spark, plan)
+    table = plan.table
 
     def files_copyable() -> bool:
         branch_ready()  # the copy reads the lake table object that opened the branch (it sees its own commit)
-        return file_copy.usable(spark, tables.stream_table, tables.lake_table, chunk)
+        return file_copy.usable(table, chunk)
 
     strategy = write_strategy.choose(plan.spec, snapshot_split=chunk.snapshot is not None, into_empty=into_empty,
                                      files_copyable=files_copyable)
@@ -238,23 +230,21 @@ def write_chunk(spark: Any, plan: Plan, chunk: Chunk, branch: str, columns: list
         branch_ready()
         point("after-plan")
         point("during-write")
-        snapshot_split.write_split(spark, plan, chunk.snapshot, target, properties)
+        snapshot_split.write_split(plan, chunk.snapshot, target, properties)
         return
     if strategy is WriteStrategy.LOG_FILE_COPY:  # server/changelog/file_copy.py: no Spark job
         point("after-plan")
         point("during-write")
-        file_copy.append(spark, tables.stream_table, tables.lake_table, chunk, branch, properties)
+        file_copy.append(table, chunk, branch, properties)
         return
-    with lake_write.ChangelogWrite(spark, plan.stream, plan.spec, target, chunk, columns,
-                                   stream_table=tables.stream_table, strategy=strategy) as write:
+    with lake_write.ChangelogWrite(table, target, chunk, columns, strategy=strategy) as write:
         branch_ready()
         point("after-plan")
         point("during-write")
         write.commit(properties)
 
 
-def fast_forward(spark: Any, plan: Plan, branch: str, epoch: int, drop_branch: bool,
-                 recorded: dict[str, str] | None = None) -> None:
+def fast_forward(plan: Plan, branch: str, drop_branch: bool, recorded: dict[str, str] | None = None) -> None:
     """The lake commit: ``main`` to the branch (and, on the last chunk, the branch dropped in the same commit).
 
     ``recorded``: lake table properties set in the same metadata commit (the
@@ -263,7 +253,7 @@ def fast_forward(spark: Any, plan: Plan, branch: str, epoch: int, drop_branch: b
     try:
         # Refreshed: the branch's new snapshot was committed by Spark SQL, which the round's table
         # object does not see; main as it is now is what the fast-forward checks its ancestry against.
-        transaction = _tables(spark, plan).fresh_lake().newTransaction()
+        transaction = plan.table.fresh_lake().newTransaction()
         manage = transaction.manageSnapshots().fastForwardBranch("main", branch)
         if drop_branch:
             manage = manage.removeBranch(branch)  # one metadata commit instead of two
@@ -282,16 +272,16 @@ def fast_forward(spark: Any, plan: Plan, branch: str, epoch: int, drop_branch: b
     except Exception as e:
         if "not an ancestor" in str(e) or "Cannot fast-forward" in str(e):
             raise FencedEpochError(
-                f"lake table {plan.lake} changed while this round (epoch {epoch}) ran; "
+                f"lake table {plan.lake} changed while this round (epoch {plan.table.epoch}) ran; "
                 "another worker committed first, this round's writes are discarded"
             ) from e
         raise
 
 
-def drop_branch(spark: Any, plan: Plan, branch: str) -> None:
+def drop_branch(plan: Plan, branch: str) -> None:
     """Best effort, after a round that did not publish its last chunk."""
     try:
-        _tables(spark, plan).fresh_lake().manageSnapshots().removeBranch(branch).commit()
+        plan.table.fresh_lake().manageSnapshots().removeBranch(branch).commit()
     except Exception:
         log.warning("could not drop branch %s of %s", branch, plan.lake, exc_info=True)
 

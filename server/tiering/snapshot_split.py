@@ -23,10 +23,9 @@ from typing import Any
 
 from tierlake.server.catalog import properties as P
 from tierlake.server.catalog.columns import table_columns
-from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.changelog import lake_write, planner
-from tierlake.server.changelog.round_tables import RoundTables
+from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.exceptions import TieringGuardError, UnknownProcedureError, UnsupportedFeatureError
 from tierlake.server.kv import snapshot_catalog as kv
 from tierlake.server.runtime.session import iceberg_table
@@ -46,18 +45,17 @@ class SnapshotSplit:
     buckets: int
 
 
-def plan_round(spark: Any, stream: TablePath, lake: TablePath, spec: TieredSpec,
-               exclude: frozenset[int] = frozenset(), registered: planner.Registered | None = None,
-               tables: RoundTables | None = None) -> planner.Plan:
+def plan_round(table: TableHandle, exclude: frozenset[int] = frozenset(),
+               registered: planner.Registered | None = None) -> planner.Plan:
     """Plan from the lake's position; from the newest KV snapshot when the log does not reach it."""
     try:
-        return planner.plan_round(spark, stream, lake, spec, registered=registered, tables=tables)
+        return planner.plan_round(table, registered=registered)
     except planner.LogTruncatedError as e:
+        spec, stream = table.spec, table.stream
         if not spec.is_primary_key:
             raise
-        props = kv.properties(spark, stream)
-        log_start = P.read(props, P.LOG_START_PROPERTY)
-        usable = [s for s in kv.KvCatalog(spark).list(stream)
+        log_start = P.read(table.properties, P.LOG_START_PROPERTY)
+        usable = [s for s in kv.KvCatalog(table.spark).list(stream)
                   if s.log_position >= log_start and s.snapshot_id not in exclude]
         if not usable:
             raise TieringGuardError(
@@ -65,35 +63,33 @@ def plan_round(spark: Any, stream: TablePath, lake: TablePath, spec: TieredSpec,
                 f"cannot be rebuilt (take KV snapshots with CALL sys.kv_snapshot('{stream}') before log retention "
                 "removes the changelog)") from e
         snap = usable[-1]
-        plan = planner.plan_round(spark, stream, lake, spec, start=snap.log_position, registered=registered,
-                                  tables=tables)
+        plan = planner.plan_round(table, start=snap.log_position, registered=registered)
         plan.snapshot_split = SnapshotSplit(snap.kv_table, snap.snapshot_id, snap.log_position,
                                             snap.stream_snapshot_id, spec.buckets)
         log.info("%s: the log does not reach lake position; rebuilding from KV snapshot %d (log position %d)",
-                 lake, snap.snapshot_id, snap.log_position)
+                 table.lake, snap.snapshot_id, snap.log_position)
         return plan
 
 
-def plan_and_lease(spark: Any, leases: JobLeases, path: str, stream: TablePath, lake: TablePath,
-                   spec: TieredSpec, registered: planner.Registered | None = None,
-                   tables: RoundTables | None = None) -> planner.Plan:
+def plan_and_lease(table: TableHandle, leases: JobLeases,
+                   registered: planner.Registered | None = None) -> planner.Plan:
     """Plan the round; lease its snapshot split's snapshot before anything reads it."""
     exclude: set[int] = set()
     for _ in range(MAX_LEASE_ATTEMPTS):
-        plan = plan_round(spark, stream, lake, spec, frozenset(exclude), registered, tables)
+        plan = plan_round(table, frozenset(exclude), registered)
         split = plan.snapshot_split
-        if split is None or leases.acquire(path, split):
+        if split is None or leases.acquire(table.path, split):
             return plan
         # Expired between planning and the acquire: plan again with a newer one, from the tables as
         # they are now (retention that expired the snapshot may have moved the log start too).
         exclude.add(split.snapshot_id)
-        tables = RoundTables(spark, stream, lake)
-    raise TieringGuardError(f"the KV snapshots of {stream} kept expiring before they could be leased")
+        table.refresh()
+    raise TieringGuardError(f"the KV snapshots of {table.stream} kept expiring before they could be leased")
 
 
-def write_split(spark: Any, plan: planner.Plan, split: SnapshotSplit, target: list[str],
-                properties: dict[str, str]) -> None:
+def write_split(plan: planner.Plan, split: SnapshotSplit, target: list[str], properties: dict[str, str]) -> None:
     """Replace the branch's rows with the snapshot's, as one commit carrying ``properties``."""
+    spark = plan.table.spark
     kv_path = TablePath(*split.kv_table.split(".", 1))
     if not spark.catalog.tableExists(kv_path.quoted) or \
             iceberg_table(spark, kv_path.quoted).snapshot(split.snapshot_id) is None:

@@ -15,13 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from tierlake.server.catalog import properties as P
-from tierlake.server.catalog.spec import TieredSpec
-from tierlake.server.catalog.table_path import parse_table_path
-from tierlake.server.catalog.tiered_tables import lake_of
 from tierlake.server.changelog import fresh_view, lake_write
+from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.planner import Registered
-from tierlake.server.changelog.round_tables import RoundTables
 from tierlake.server.clients.procedure_client import LocalClient
 from tierlake.server.coordinator.registration import registered_record
 from tierlake.server.exceptions import FencedEpochError, TierlakeError
@@ -29,8 +25,7 @@ from tierlake.server.maintenance import tables as table_maintenance
 from tierlake.server.observability import metrics
 from tierlake.server.runtime import faults
 from tierlake.server.runtime.config import Config
-from tierlake.server.runtime.jvm import jclass, string_map
-from tierlake.server.runtime.session import TIERING_POOL, iceberg_table, private_session
+from tierlake.server.runtime.session import TIERING_POOL, activate, private_session
 from tierlake.server.tiering import snapshot_split
 from tierlake.server.tiering.round import run_round
 
@@ -154,8 +149,7 @@ class Worker(threading.Thread):
             # Cloned from a session another thread may be planning a bucketed MERGE in right now.
             lake_write.restore(session, {k: None for k in lake_write.BUCKETED_MERGE_CONF})
         else:
-            jclass("org.apache.spark.sql.SparkSession", self.spark.sparkContext._jvm).setActiveSession(
-                session._jsparkSession)
+            activate(session)
         return session
 
     def tier(self, table_id: int, path: str, epoch: int, spark: Any = None) -> None:
@@ -174,26 +168,15 @@ class Worker(threading.Thread):
                 raise FencedEpochError(renewer.fenced)
 
         try:
-            stream = parse_table_path(path)
-            stream_table = iceberg_table(spark, stream.quoted)
-            props = string_map(stream_table.properties())
-            lake = lake_of(self.config, stream, props)  # the lake table the stream was registered with
-            # Loaded once for the whole round (server/changelog/round_tables.py).
-            tables = RoundTables(spark, stream, lake, stream_table=stream_table, stream_properties=props)
-            spec = TieredSpec.from_properties(props)
-            max_round = P.read(props, P.MAX_ROUND)
-            chunk_rows = P.read(props, P.CHUNK_ROWS, self.config)
+            # The table's one handle for the round: loaded here, passed down (server/changelog/handle.py).
+            table = TableHandle.open(spark, self.config, path, table_id, epoch, self.job_id)
             record = registered_record(spark, table_id)  # cross-checked with the lake and the stream
             registered = None if record is None else Registered(*record)
-            plan = snapshot_split.plan_and_lease(spark, self.leases, path, stream, lake, spec, registered,
-                                                 tables)
-            result = run_round(spark, plan, table_id, epoch, self.job_id, check_epoch,
-                               max_round.total_seconds(), chunk_rows, hook=self.hook, defer_repin=True)
+            plan = snapshot_split.plan_and_lease(table, self.leases, registered)
+            result = run_round(plan, check_epoch, hook=self.hook, defer_repin=True)
             try:
                 # Still inside the assignment: no round of this table can race it.
-                table_maintenance.after_round(spark, self.client, self.job_id, table_id, epoch, stream,
-                                              lake, props, result.end_position, tables.data_files(),
-                                              config=self.config)
+                table_maintenance.after_round(table, self.client, result.end_position)
                 renewer.done.set()
                 self.client.call("heartbeat", job_id=self.job_id, finished_tables=[dict(
                     entry, force_finished=result.force_finished, rows=result.rows, bytes=result.bytes,
@@ -202,8 +185,9 @@ class Worker(threading.Thread):
                 if result.commits or result.schema_changed:
                     # After the report, not before it: the re-pin's view commit and metastore update,
                     # run at once, held up the coordinator's state commit (a primary-key round's
-                    # finishing heartbeat took 151 ms p50 with it, 89 ms without).
-                    fresh_view.after_lake_commit(spark, plan)
+                    # finishing heartbeat took 151 ms p50 with it, 89 ms without). The handle goes
+                    # to the re-pin thread with it: the round is done with it.
+                    fresh_view.after_lake_commit(table)
             self.leases.release(path)
             with self._count_lock:
                 self.rounds += 1

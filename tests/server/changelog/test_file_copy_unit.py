@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.changelog import file_copy
+from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.planner import Chunk, StreamCommit
 
 
@@ -18,6 +20,12 @@ class FakeSpark:
         _jvm = object()
 
 
+def handle() -> TableHandle:
+    """A handle whose tables are never loaded (the blockers below are decided before that)."""
+    return TableHandle(FakeSpark(), TablePath("d", "t"), TablePath("d_lake", "t"), stream_table=object(),
+                       lake_table=object(), properties={})
+
+
 @pytest.fixture
 def fresh_state(monkeypatch):
     monkeypatch.setattr(file_copy, "_missing", [])
@@ -29,12 +37,12 @@ def test_a_class_py4j_cannot_find_means_spark_writes(monkeypatch, fresh_state):
     from py4j.java_gateway import JavaPackage
 
     monkeypatch.setattr(file_copy, "jclass", lambda name, jvm: JavaPackage(name, None))
-    assert file_copy.blocker(FakeSpark(), None, None, chunk(10)) == "tierlake's LakeFiles class is missing"
+    assert file_copy.blocker(handle(), chunk(10)) == "tierlake's LakeFiles class is missing"
     assert file_copy._missing == [True]
 
 
 def test_a_chunk_over_the_byte_limit_is_written_by_spark(monkeypatch, fresh_state):
     monkeypatch.setattr(file_copy, "jclass", lambda name, jvm: pytest.fail("no need to ask the JVM"))
-    reason = file_copy.blocker(FakeSpark(), None, None, chunk(file_copy.COPY_MAX_BYTES + 1))
+    reason = file_copy.blocker(handle(), chunk(file_copy.COPY_MAX_BYTES + 1))
     assert reason is not None and "Spark writes them in parallel" in reason
-    assert file_copy.blocker(FakeSpark(), None, None, Chunk(None, 11, 0, 1, [])) == "no stream commits"
+    assert file_copy.blocker(handle(), Chunk(None, 11, 0, 1, [])) == "no stream commits"

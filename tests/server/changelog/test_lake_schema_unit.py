@@ -7,6 +7,7 @@ import pytest
 
 from tierlake.server.catalog import field_ids
 from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.lake_schema import _plan_renames
 from tierlake.server.exceptions import TieringGuardError
 
@@ -76,12 +77,6 @@ class _Table:
         return self.props
 
 
-class _Tables:
-    def __init__(self, stream_table, lake_table, stream_properties):
-        self.stream_table, self.lake_table, self.stream_properties = stream_table, lake_table, stream_properties
-        self.lake = LAKE
-
-
 def test_a_sync_that_changed_nothing_is_remembered_by_everything_it_reads(monkeypatch):
     from tierlake.server.changelog import lake_schema
 
@@ -99,7 +94,8 @@ def test_a_sync_that_changed_nothing_is_remembered_by_everything_it_reads(monkey
     props = {"primary-key": "id"}
 
     def sync():
-        return lake_schema.sync_lake_schema(None, STREAM, LAKE, _Tables(stream, lake, props))
+        return lake_schema.sync_lake_schema(TableHandle(None, STREAM, LAKE, stream_table=stream, lake_table=lake,
+                                                        properties=props))
 
     first = sync()
     assert sync() == first and len(calls) == 1  # nothing changed: from memory

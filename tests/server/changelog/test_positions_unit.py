@@ -8,6 +8,7 @@ import pytest
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.changelog import planner, positions
+from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.planner import Plan, Registered, StreamCommit
 from tierlake.server.exceptions import LakeHistoryError, LakeReplacedError, StreamReplacedError
 
@@ -118,8 +119,8 @@ def test_the_non_append_advice_takes_the_commit_out_and_keeps_every_later_append
 
 
 def test_a_chunk_knows_a_replace_commit_rewrote_its_appends():
-    plan = Plan(STREAM, LAKE, TieredSpec(), 0, None, 9, commits=[commit(1), commit(2), commit(4)],
-                start_snapshot_id=None, replaced=[3, 5])
+    plan = Plan(TableHandle(None, STREAM, LAKE, spec=TieredSpec()), 0, None, 9,
+                commits=[commit(1), commit(2), commit(4)], start_snapshot_id=None, replaced=[3, 5])
     chunks = plan.chunks(max_rows=4)
     assert [(c.start_position, c.end_position, c.rewritten) for c in chunks] == [(0, 2, False), (2, 4, True)]
     assert chunks[1].snapshot_ids == [104]

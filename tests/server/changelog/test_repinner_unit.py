@@ -7,30 +7,34 @@ import time
 
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.changelog import fresh_view
+from tierlake.server.changelog.handle import TableHandle
 
 # The fake refresh acts for this module's re-pinners only: a server started by integration tests in the
 # same process re-pins its own tables through the patched function meanwhile.
 MINE = object()
 
 
+def handle(name: str) -> TableHandle:
+    return TableHandle(MINE, TablePath("db", name), TablePath("db_lake", name))
+
+
 def test_requests_for_a_table_coalesce_and_settle_waits_for_them(monkeypatch):
     started, release, calls = threading.Event(), threading.Event(), []
 
-    def refresh(spark, stream, lake, tables=None):
-        if spark is not MINE:
+    def refresh(table):
+        if table.spark is not MINE:
             return
-        calls.append(str(stream))
+        calls.append(str(table.stream))
         started.set()
         release.wait(10)
 
     monkeypatch.setattr(fresh_view, "refresh", refresh)
     repins = fresh_view.Repinner(spark=MINE)
-    a, b = TablePath("db", "a"), TablePath("db", "b")
-    repins.schedule(a, TablePath("db_lake", "a"))
+    repins.schedule(handle("a"))
     assert started.wait(10)  # a's first re-pin is running
     for _ in range(5):  # rounds of a and b meanwhile
-        repins.schedule(a, TablePath("db_lake", "a"))
-        repins.schedule(b, TablePath("db_lake", "b"))
+        repins.schedule(handle("a"))
+        repins.schedule(handle("b"))
     assert not repins.settle(timeout=0.2)
     release.set()
     assert repins.settle(timeout=10)
@@ -43,17 +47,17 @@ def test_requests_for_a_table_coalesce_and_settle_waits_for_them(monkeypatch):
 def test_a_failing_re_pin_is_logged_and_the_next_still_runs(monkeypatch, caplog):
     calls = []
 
-    def refresh(spark, stream, lake, tables=None):
-        if spark is not MINE:
+    def refresh(table):
+        if table.spark is not MINE:
             return
-        calls.append(str(stream))
-        if stream.table == "bad":
+        calls.append(str(table.stream))
+        if table.stream.table == "bad":
             raise RuntimeError("metastore down")
 
     monkeypatch.setattr(fresh_view, "refresh", refresh)
     repins = fresh_view.Repinner(spark=MINE)
-    repins.schedule(TablePath("db", "bad"), TablePath("db_lake", "bad"))
-    repins.schedule(TablePath("db", "good"), TablePath("db_lake", "good"))
+    repins.schedule(handle("bad"))
+    repins.schedule(handle("good"))
     assert repins.settle(timeout=10)
     assert calls == ["db.bad", "db.good"]
     assert "could not refresh the fresh view of db.bad" in caplog.text
@@ -63,11 +67,11 @@ def test_a_failing_re_pin_is_logged_and_the_next_still_runs(monkeypatch, caplog)
 def test_stop_runs_what_is_pending_and_later_requests_are_ignored(monkeypatch):
     calls = []
     monkeypatch.setattr(fresh_view, "refresh",
-                        lambda spark, stream, lake, tables=None: calls.append(str(stream)) if spark is MINE else None)
+                        lambda table: calls.append(str(table.stream)) if table.spark is MINE else None)
     repins = fresh_view.Repinner(spark=MINE)
-    repins.schedule(TablePath("db", "a"), TablePath("db_lake", "a"))
+    repins.schedule(handle("a"))
     repins.stop()
-    repins.schedule(TablePath("db", "b"), TablePath("db_lake", "b"))
+    repins.schedule(handle("b"))
     time.sleep(0.1)
     assert calls == ["db.a"] and not repins.thread.is_alive()
 
@@ -91,8 +95,14 @@ def test_a_tables_re_pins_and_drop_are_serialised(monkeypatch):
     assert fresh_view._pin_lock(TablePath("DB", "T")) is lock  # names are case-insensitive
     assert fresh_view._pin_lock(TablePath("db", "u")) is not lock
     seen = []
-    monkeypatch.setattr(fresh_view, "view_of", lambda spark, s: seen.append(lock.locked()) if s == stream else None)
-    fresh_view.refresh(object(), stream, TablePath("db_lake", "t"))
+
+    class Handle(TableHandle):
+        def current_properties(self):  # the view property, read under the lock
+            seen.append(lock.locked())
+            return {}
+
+    monkeypatch.setattr(fresh_view, "activate", lambda spark: None)  # no JVM here
+    assert fresh_view.refresh(Handle(object(), stream, TablePath("db_lake", "t"))) is None
     assert seen == [True]
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from tests.server.tiering.conftest import assign, coordinator_state, lake_summary, make_due, run
 from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.clients.procedure_client import LocalClient
 from tierlake.server.maintenance import tables as table_maintenance
 from tierlake.server.runtime import iceberg_actions as im
@@ -203,7 +204,7 @@ def test_managed_stream_compaction_loses_and_duplicates_nothing(server, spark, h
     assert files_before >= table_maintenance.COMPACT_MIN_FILES
 
     action = table_maintenance.Action("stream_compaction", path, started_ms=0, duration_ms=0)
-    table_maintenance.compact_stream(spark, stream, action)
+    table_maintenance.compact_stream(TableHandle(spark, stream, TablePath(f"{db}_lake", name)), action)
     head = iceberg_table(spark, path).currentSnapshot()
     assert str(head.operation()) == "replace"
     assert dict(head.summary())["tierlake.maintenance"] == "compaction"
@@ -222,7 +223,7 @@ def test_managed_stream_compaction_loses_and_duplicates_nothing(server, spark, h
 
     # Below the threshold (the compacted file and one append) the stream is left alone.
     action = table_maintenance.Action("stream_compaction", path, started_ms=0, duration_ms=0)
-    table_maintenance.compact_stream(spark, stream, action)
+    table_maintenance.compact_stream(TableHandle(spark, stream, TablePath(f"{db}_lake", name)), action)
     assert action.detail.startswith("skipped: ") and not action.files_rewritten
 
 

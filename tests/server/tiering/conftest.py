@@ -8,6 +8,9 @@ import uuid
 import pytest
 
 from tests.conftest import running_workers
+from tierlake.server.catalog import properties as P
+from tierlake.server.catalog.table_path import parse_table_path
+from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.runtime.session import iceberg_table
 
 
@@ -22,6 +25,15 @@ def db(spark):
     name = "tl_" + uuid.uuid4().hex[:8]
     spark.sql(f"CREATE DATABASE `{name}`")
     return name
+
+
+def handle(spark, table: str, chunk_rows: int | None = None, **assignment) -> TableHandle:
+    """The handle a worker opens for ``table`` (its lake ``<db>_lake.<t>``); ``chunk_rows``: rows per lake
+    commit instead of the table's."""
+    stream = parse_table_path(table)
+    overrides = {} if chunk_rows is None else {P.CHUNK_ROWS: chunk_rows}
+    return TableHandle(spark, stream, parse_table_path(f"{stream.database}_lake.{stream.table}"), overrides=overrides,
+                       **assignment)
 
 
 def stream_position(spark, table: str) -> int:

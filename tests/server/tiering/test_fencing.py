@@ -10,6 +10,7 @@ from tests.server.tiering.conftest import assign, coordinator_state, lake_summar
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import parse_table_path
 from tierlake.server.changelog import planner
+from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.clients.procedure_client import LocalClient
 from tierlake.server.exceptions import FencedEpochError
 from tierlake.server.tiering.round import run_round
@@ -70,13 +71,14 @@ def test_the_lake_commit_itself_is_a_compare_and_set(server, spark, hive_cursor,
     make_table(hive_cursor, db, "f2")
     path = f"{db}.f2"
     stream, lake = parse_table_path(path), parse_table_path(f"{db}_lake.f2")
-    stale_plan = planner.plan_round(spark, stream, lake, TieredSpec())
+    stale = TableHandle(spark, stream, lake, job_id="job-stale", spec=TieredSpec())
+    stale_plan = planner.plan_round(stale)
     client = LocalClient(server)
     table_id, epoch = assign(client, "job-now", path)
     Worker(spark, client, "job-now", server.config).tier(table_id, path, epoch)
+    stale.table_id, stale.epoch = table_id, epoch - 1
     with pytest.raises(FencedEpochError, match="another worker committed first"):
-        run_round(spark, stale_plan, table_id, epoch - 1, "job-stale", check_epoch=lambda: None,
-                  max_duration_s=60, chunk_rows=1_000_000)
+        run_round(stale_plan, check_epoch=lambda: None)
     hive_cursor.execute(f"SELECT id FROM {db}_lake.f2 ORDER BY id")
     assert [r[0] for r in hive_cursor.fetchall()] == [1, 2, 3]
 

@@ -33,8 +33,8 @@ from tests.server.tiering.conftest import assign, coordinator_state, run
 from tests.server.tiering.test_fresh_views import commit_batches, create, force_round, paths, rows_of, view_text
 from tierlake.server.catalog.table_path import parse_table_path
 from tierlake.server.changelog import fresh_view
+from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.positions import lake_position
-from tierlake.server.changelog.round_tables import RoundTables
 from tierlake.server.kv import log_retention
 from tierlake.server.maintenance import tables as table_maintenance
 from tierlake.server.runtime.session import iceberg_table
@@ -51,20 +51,26 @@ def expected_rows(pk: bool, commits: list, logged: list) -> list[tuple]:
 def round_left_behind(spark, table: str, monkeypatch) -> None:
     """A round whose re-pin has not run yet (it runs after the report; maintenance runs before it)."""
     with monkeypatch.context() as m:
-        m.setattr(fresh_view, "after_lake_commit", lambda spark, plan: None)
+        m.setattr(fresh_view, "after_lake_commit", lambda table: None)
         force_round(spark, table)
 
 
-def late_repin(spark, stale: RoundTables) -> int:
+def late_repin(spark, stale: TableHandle) -> int:
     """The re-pin of another process that read the lake when ``stale`` was loaded and lands now."""
     view = fresh_view.view_of(spark, stale.stream)
-    return fresh_view._create_view(spark, stale.stream, stale.lake, view, tables=stale)
+    return fresh_view._create_view(stale, view)
 
 
-def loaded(spark, stream, lake) -> RoundTables:
-    tables = RoundTables(spark, stream, lake)
-    tables.stream_table, tables.lake_table, tables.stream_properties  # noqa: B018 - loaded now
+def loaded(spark, stream, lake) -> TableHandle:
+    tables = TableHandle(spark, stream, lake)
+    tables.stream_table, tables.lake_table, tables.properties  # noqa: B018 - loaded now
     return tables
+
+
+def maintain_now(spark, stream, lake) -> list:
+    """The table's maintenance as a worker runs it after a round, at the lake's position."""
+    position = lake_position(iceberg_table(spark, lake.quoted))[0]
+    return table_maintenance.maintain(TableHandle(spark, stream, lake), position, orphans=False)
 
 
 def user_expires_stream(spark, table: str) -> None:
@@ -124,9 +130,7 @@ def test_min_retained_1_maintenance_before_the_repin_keeps_what_the_view_reads(h
     commit_batches(spark, table, pk, [[(2, 0.0, "-D" if pk else None)]], commits, logged)
 
     def maintain():
-        props = {str(k): str(v) for k, v in dict(iceberg_table(spark, stream.quoted).properties()).items()}
-        position = lake_position(iceberg_table(spark, lake.quoted))[0]
-        return {a.kind: a for a in table_maintenance.maintain(spark, stream, lake, props, position, orphans=False)}
+        return {a.kind: a for a in maintain_now(spark, stream, lake)}
 
     # Its re-pin fails: the snapshot it still reads is kept.
     with monkeypatch.context() as m:
@@ -251,9 +255,7 @@ def test_fresh_view_equals_the_model_through_maintenance_and_late_repins(hive_cu
             user_expires_stream(spark, table)
             expired = True
         elif s == "maintenance":
-            props = {str(k): str(v) for k, v in dict(iceberg_table(spark, stream.quoted).properties()).items()}
-            position = lake_position(iceberg_table(spark, lake.quoted))[0]
-            table_maintenance.maintain(spark, stream, lake, props, position, orphans=False)
+            maintain_now(spark, stream, lake)
         elif s == "truncate log":
             log_retention.apply(spark, stream)
         elif s == "late re-pin":

@@ -35,10 +35,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from tests.server.changelog.reference_model import Change, replay
-from tests.server.tiering.conftest import run
-from tierlake.server.catalog.spec import TieredSpec
+from tests.server.tiering.conftest import handle, run
 from tierlake.server.catalog.table_path import parse_table_path
 from tierlake.server.changelog import fresh_view, planner
+from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.positions import lake_position
 from tierlake.server.maintenance import tables as table_maintenance
 from tierlake.server.runtime.javaext import FRESH_LOCAL_ROWS_CONF
@@ -53,12 +53,7 @@ _counter = itertools.count()
 
 def force_round(spark, table: str, chunk_rows: int = 1_000_000) -> None:
     """One round of ``table`` now, in this thread (what a worker does, without the coordinator)."""
-    stream = parse_table_path(table)
-    lake = parse_table_path(f"{stream.database}_lake.{stream.table}")
-    props = {str(k): str(v) for k, v in dict(iceberg_table(spark, stream.quoted).properties()).items()}
-    plan = planner.plan_round(spark, stream, lake, TieredSpec.from_properties(props))
-    run_round(spark, plan, table_id=0, epoch=0, job_id="test", check_epoch=lambda: None, max_duration_s=600,
-              chunk_rows=chunk_rows)
+    run_round(planner.plan_round(handle(spark, table, chunk_rows, job_id="test")), check_epoch=lambda: None)
     assert fresh_view.settle()  # the round's re-pin, which runs behind it
 
 
@@ -354,7 +349,7 @@ def test_stream_part_reads_only_the_files_after_the_position(hive_cursor, spark,
         rows, scans = stream_rows_read(spark, f"SELECT count(*) FROM {fresh}", stream)
     assert scans >= 1 and rows == 2 * scans
     full_view = f"{DB}_fresh.{name}_full"
-    spark.sql(fresh_view.render(spark, stream, lake, parse_table_path(full_view), incremental=False))
+    spark.sql(fresh_view.render(TableHandle(spark, stream, lake), parse_table_path(full_view), incremental=False))
     assert rows_of(spark, full_view) == expected
     rows, scans = stream_rows_read(spark, f"SELECT count(*) FROM {full_view}", stream)
     assert scans >= 1 and rows == 32 * scans
@@ -394,7 +389,7 @@ def test_view_falls_back_to_the_full_scan_when_its_start_cannot_be_read(hive_cur
     assert rows_of(spark, fresh) == sorted(logged)
     plan = "\n".join(r[0] for r in spark.sql(f"EXPLAIN SELECT * FROM {fresh}").collect())
     assert "full scan: snapshots after" in plan, plan
-    fresh_view.refresh(spark, stream, lake)
+    fresh_view.refresh(TableHandle(spark, stream, lake))
     assert "tierlake_inc" not in view_text(spark, fresh)
     assert rows_of(spark, fresh) == sorted(logged)
 
@@ -410,7 +405,7 @@ def view_left_behind(cursor, spark, monkeypatch, prefix: str) -> tuple:
     pinned = view_text(spark, fresh)
     commit_batches(spark, table, False, [[(2, 2.0, None)]], [], logged)
     with monkeypatch.context() as m:
-        m.setattr(fresh_view, "after_lake_commit", lambda spark, plan: None)
+        m.setattr(fresh_view, "after_lake_commit", lambda table: None)
         force_round(spark, table)
     commit_batches(spark, table, False, [[(3, 3.0, None)]], [], logged)
     return table, stream, lake, fresh, pinned, logged
@@ -428,11 +423,10 @@ def test_stream_expiry_repins_a_view_left_behind(hive_cursor, spark, monkeypatch
     assert view_text(spark, fresh) == pinned  # left behind, still exact
     assert rows_of(spark, fresh) == sorted(logged)
     position = lake_position(iceberg_table(spark, lake.quoted))[0]
-    props = {str(k): str(v) for k, v in dict(iceberg_table(spark, stream.quoted).properties()).items()}
 
     def expire():
         action = table_maintenance.Action("stream_expire_snapshots", table, started_ms=0, duration_ms=0)
-        table_maintenance.expire_stream(spark, stream, props, position, 0, 1, action, lake)
+        table_maintenance.expire_stream(TableHandle(spark, stream, lake), position, 0, 1, action)
         return action
 
     with monkeypatch.context() as m:

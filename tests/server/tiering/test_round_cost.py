@@ -14,15 +14,15 @@ import re
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from tests.server.tiering.conftest import assign, coordinator_state, run
-from tierlake.server.catalog.spec import TieredSpec
-from tierlake.server.catalog.table_path import parse_table_path
+from tests.server.tiering.conftest import assign, coordinator_state, handle, run
 from tierlake.server.changelog import fresh_view, lake_schema, lake_write, planner
 from tierlake.server.clients.procedure_client import LocalClient
+from tierlake.server.maintenance import tables as table_maintenance
 from tierlake.server.runtime import session
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.tiering import round as round_module
@@ -45,13 +45,8 @@ def create(cursor, pk: bool) -> tuple[str, str, str]:
     return f"{DB}.{name}", f"{DB}_lake.{name}", f"{DB}_fresh.{name}"
 
 
-def one_round(spark, table: str, chunk_rows: int = 1_000_000):
-    stream = parse_table_path(table)
-    lake = parse_table_path(f"{stream.database}_lake.{stream.table}")
-    props = {str(k): str(v) for k, v in dict(iceberg_table(spark, stream.quoted).properties()).items()}
-    plan = planner.plan_round(spark, stream, lake, TieredSpec.from_properties(props))
-    result = run_round(spark, plan, table_id=0, epoch=0, job_id="test", check_epoch=lambda: None,
-                       max_duration_s=600, chunk_rows=chunk_rows)
+def one_round(spark, table: str, chunk_rows: int | None = None):
+    result = run_round(planner.plan_round(handle(spark, table, chunk_rows, job_id="test")), check_epoch=lambda: None)
     assert fresh_view.settle()  # the round's re-pin, which runs behind it
     return result
 
@@ -84,7 +79,7 @@ def test_a_round_of_several_commits_loads_each_table_once_and_repins_the_view_on
         spark.sql(f"INSERT INTO {table} VALUES ({i}, {i}.0{', NULL' if pk else ''})")
     repins = []
     original = fresh_view._create_view
-    monkeypatch.setattr(fresh_view, "_create_view", lambda *a, **k: (repins.append(a[3]), original(*a, **k)))
+    monkeypatch.setattr(fresh_view, "_create_view", lambda *a, **k: (repins.append(a[1]), original(*a, **k)))
     lake_before = iceberg_table(spark, lake).currentSnapshot()
     del loads[:]
 
@@ -134,7 +129,7 @@ def test_a_workers_round_repins_the_fresh_view_after_its_report(server, hive_cur
     events: list[str] = []
     original = fresh_view.after_lake_commit
     monkeypatch.setattr(fresh_view, "after_lake_commit",
-                        lambda spark, plan: (events.append(f"re-pin {plan.stream}"), original(spark, plan)))
+                        lambda table: (events.append(f"re-pin {table.stream}"), original(table)))
     job = f"job-repin-{fail}"
     table_id, epoch = assign(LocalClient(server), job, table)
 
@@ -380,10 +375,7 @@ def data_files(spark, table: str) -> list[tuple[str, int]]:
 
 def pending(spark, table: str):
     """The plan of the table's next round and its first chunk."""
-    stream = parse_table_path(table)
-    lake = parse_table_path(f"{stream.database}_lake.{stream.table}")
-    props = {str(k): str(v) for k, v in dict(iceberg_table(spark, stream.quoted).properties()).items()}
-    plan = planner.plan_round(spark, stream, lake, TieredSpec.from_properties(props))
+    plan = planner.plan_round(handle(spark, table))
     return plan, plan.chunks(1_000_000)[0]
 
 
@@ -391,7 +383,7 @@ def why_not_copied(spark, table: str) -> str | None:
     from tierlake.server.changelog import file_copy
 
     plan, chunk = pending(spark, table)
-    return file_copy.blocker(spark, plan.tables.stream_table, plan.tables.lake_table, chunk)
+    return file_copy.blocker(plan.table, chunk)
 
 
 def test_a_primary_key_chunks_file_list_is_read_from_the_manifests_without_a_spark_job(hive_cursor, spark):
@@ -399,15 +391,14 @@ def test_a_primary_key_chunks_file_list_is_read_from_the_manifests_without_a_spa
     range from the first snapshot, a later range over merged manifests, and a range a compaction and a
     manifest rewrite of the stream rewrote."""
     table, _, _ = create(hive_cursor, pk=True)
-    stream = parse_table_path(table)
     # Appends merge their manifests from the second on: entries move to EXISTING with their sequence number.
     spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('commit.manifest.min-count-to-merge' = '2')")
 
     def both(chunk, loaded):
-        via_entries = spark.sql(lake_write._files_statement(spark, stream, chunk, loaded),
+        via_entries = spark.sql(lake_write._files_statement(loaded, chunk),
                                 args={"start_position": chunk.start_position, "end_position": chunk.end_position})
         listed = []
-        assert jobs_of(spark, lambda: listed.append(lake_write.chunk_files(spark, stream, chunk, loaded))) == 0
+        assert jobs_of(spark, lambda: listed.append(lake_write.chunk_files(loaded, chunk))) == 0
         frame = listed[0]
         assert frame._jdf.queryExecution().analyzed().getClass().getSimpleName() == "LocalRelation"
         return sorted(tuple(r) for r in frame.collect()), sorted(tuple(r) for r in via_entries.collect())
@@ -416,7 +407,7 @@ def test_a_primary_key_chunks_file_list_is_read_from_the_manifests_without_a_spa
         spark.sql(f"INSERT INTO {table} VALUES ({i}, {i}.0, NULL), ({i + 10}, {i}.5, NULL)")
     plan, chunk = pending(spark, table)
     assert chunk.start_snapshot_id is None and not chunk.rewritten
-    listed, expected = both(chunk, plan.tables.stream_table)
+    listed, expected = both(chunk, plan.table)
     assert len({r[1] for r in listed}) == 3 and {r[2] for r in listed} == {0, 1}, listed  # 3 commits, 2 buckets
     assert listed == expected
     one_round(spark, table)
@@ -425,7 +416,7 @@ def test_a_primary_key_chunks_file_list_is_read_from_the_manifests_without_a_spa
         spark.sql(f"INSERT INTO {table} VALUES ({i}, {i}.0, NULL), ({i + 10}, {i}.5, '-D')")
     plan, chunk = pending(spark, table)
     assert chunk.start_snapshot_id is not None and not chunk.rewritten
-    listed, expected = both(chunk, plan.tables.stream_table)
+    listed, expected = both(chunk, plan.table)
     assert len({r[1] for r in listed}) == 3 and min(r[1] for r in listed) > chunk.start_position, listed
     assert listed == expected
 
@@ -436,7 +427,7 @@ def test_a_primary_key_chunks_file_list_is_read_from_the_manifests_without_a_spa
     spark.sql(f"INSERT INTO {table} VALUES (6, 6.0, NULL)")  # the range now has the replace commits inside it
     plan, chunk = pending(spark, table)
     assert chunk.rewritten
-    listed, expected = both(chunk, plan.tables.stream_table)
+    listed, expected = both(chunk, plan.table)
     assert len({r[1] for r in listed}) == 4 and listed == expected
     assert compacted and not {r[0] for r in listed} & compacted  # the appends' own files, not the compacted ones
     one_round(spark, table)
@@ -479,7 +470,7 @@ def test_a_copy_onto_a_branch_that_is_gone_writes_nothing(hive_cursor, spark):
     plan, chunk = pending(spark, table)
     # A fenced round whose branch a later round dropped: Iceberg would re-create it from main.
     with pytest.raises(Exception, match="branch tierlake_0_0_gone of .* is gone"):
-        file_copy.append(spark, plan.tables.stream_table, plan.tables.lake_table, chunk, "tierlake_0_0_gone", {})
+        file_copy.append(plan.table, chunk, "tierlake_0_0_gone", {})
     assert iceberg_table(spark, lake).snapshot("tierlake_0_0_gone") is None
     assert data_files(spark, lake) == []
     one_round(spark, table)
@@ -524,3 +515,70 @@ def test_a_lake_that_cannot_take_the_stream_files_is_written_through_spark(hive_
     assert sorted(tuple(r) for r in spark.sql(f"SELECT id, v FROM {DB}_lake.{name}").collect()) == \
         [(1, 1.0), (2, 2.0)]
 
+
+
+
+@pytest.fixture
+def round_loads(monkeypatch):
+    """The Iceberg tables a worker's round loads (``iceberg_table`` calls, by table name): in the round's
+    thread, its branch opener and the re-pin thread, not inside the procedures it calls (the coordinator's
+    side: in a tiering-service process they run in the server)."""
+    seen: list[str] = []
+    original = session.iceberg_table
+    me, calling = threading.get_ident(), threading.local()
+
+    def counted(spark, name, locking=False):
+        thread = threading.current_thread()
+        if not getattr(calling, "depth", 0) and (thread.ident == me or thread.name.startswith(
+                ("tierlake-branch", "tierlake-fresh-repin"))):
+            seen.append(("locking " if locking else "") + name.replace("`", ""))
+        return original(spark, name, locking)
+
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("tierlake.") and \
+                getattr(module, "iceberg_table", None) is original:
+            monkeypatch.setattr(module, "iceberg_table", counted)
+    inner = LocalClient.call
+
+    def call(self, procedure, **arguments):
+        calling.depth = getattr(calling, "depth", 0) + 1
+        try:
+            return inner(self, procedure, **arguments)
+        finally:
+            calling.depth -= 1
+
+    monkeypatch.setattr(LocalClient, "call", call)
+    return seen
+
+
+@pytest.mark.parametrize("pk", [False, True], ids=["log", "pk"])
+def test_a_workers_round_with_maintenance_loads_each_table_once(server, hive_cursor, spark, round_loads, pk):
+    """The worker opens the table's handle and everything below reads it: planning, the round's chunks,
+    maintenance (compaction, both snapshot expiries with their re-pins, orphan files, a KV snapshot) and
+    the fresh view's re-pin after the report. Before the handle, the same round loaded 26 times."""
+    table, lake, fresh = create(hive_cursor, pk)
+    for i in range(6):  # enough data files for both compactions
+        spark.sql(f"INSERT INTO {table} VALUES ({i}, {i}.0{', NULL' if pk else ''})")
+    client = LocalClient(server)
+    job = f"job-loads-{next(_counter)}"
+    table_id, epoch = assign(client, job, table)
+    server.coordinator.maintenance.request(table_id)
+    done = []
+    original = table_maintenance.maintain
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(table_maintenance, "maintain", lambda *a, **k: done.extend(original(*a, **k)) or done)
+        del round_loads[:]
+        Worker(spark, client, job, server.config).tier(table_id, table, epoch)
+        assert fresh_view.settle()
+
+    kinds = {a.kind: a for a in done}
+    assert {"compaction", "expire_snapshots", "orphan_files", "stream_compaction", "stream_expire_snapshots",
+            "stream_orphan_files"} <= set(kinds), kinds
+    assert not [a for a in done if a.error], done
+    assert kinds["stream_compaction"].files_rewritten > 0, kinds["stream_compaction"]
+    mine = Counter(n for n in round_loads if n in (table, lake))
+    assert mine == Counter({table: 1, lake: 1}), round_loads
+    # The stream once more through the catalog whose commits take metastore locks (maintenance's commits).
+    assert [n for n in round_loads if n.startswith("locking ")] == [f"locking {table}"], round_loads
+    assert sorted(tuple(r) for r in spark.sql(f"SELECT id, v FROM {fresh}").collect()) == \
+        [(i, float(i)) for i in range(6)]

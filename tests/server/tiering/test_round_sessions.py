@@ -43,14 +43,15 @@ def test_four_rounds_at_once_never_share_settings(server, hive_cursor, db, spark
             raise RuntimeError("Can't zip RDDs with unequal numbers of partitions")  # as SPJ defects fail
         return original_commit(session, properties, fn)
 
-    def round_(session, plan, *args, **kwargs):
+    def round_(plan, *args, **kwargs):
+        session = plan.table.spark
         if str(plan.stream) == log_table and not others_checked.is_set():
             assert merge_held.wait(120)
             seen["log round"] = session.conf.get(KEY, None)
             seen["server session"] = spark.conf.get(KEY, None)
             seen["client session"] = run(hive_cursor, f"SET {KEY}")[0][1]
             others_checked.set()
-        return original_round(session, plan, *args, **kwargs)
+        return original_round(plan, *args, **kwargs)
 
     monkeypatch.setattr(lake_write, "with_commit_properties", merge)
     monkeypatch.setattr(worker_module, "run_round", round_)
