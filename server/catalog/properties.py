@@ -20,8 +20,7 @@ from typing import Any
 
 from tierlake.server.catalog.transforms import parse_transform, split_transforms
 from tierlake.server.exceptions import InvalidArgumentError
-from tierlake.server.runtime import settings
-from tierlake.server.runtime.durations import parse_duration
+from tierlake.server.runtime import settings, values
 
 # ---- user-facing properties of a stream table -------------------------------
 ENABLED = "table.datalake.enabled"
@@ -98,6 +97,13 @@ class Property:
     minimum: int | None = None  # int properties: the smallest value allowed
     maximum: int | None = None  # int properties: the largest value allowed
     min_seconds: float | None = None  # duration properties: the shortest value allowed
+
+    @property
+    def kind(self) -> values.Kind:
+        """How :func:`validate` checks a value users set: a duration needs a unit (except '0'), bools are
+        only true/false, ints and durations within their bounds."""
+        return values.Kind(self.type, minimum=self.minimum, maximum=self.maximum, unit_required=True,
+                           min_seconds=self.min_seconds, choices=self.choices)
 
 
 TABLE_PROPERTIES: tuple[Property, ...] = (
@@ -232,23 +238,26 @@ def raw(props: dict[str, str], key: str, config: Any = None) -> str | None:
     return prop.default
 
 
+# What :func:`read` parses a stored value as: no bounds, a bare number is milliseconds (what was set was checked).
+_READ_KINDS = {"int": values.Kind("int"), "position": values.Kind("int"), "duration": values.Kind("duration"),
+               "bool": values.Kind("bool")}
+
+
 def read(props: dict[str, str], key: str, config: Any = None) -> Any:
     """The typed value of property ``key`` (see :func:`raw` for the default);
     a bad value raises ``InvalidArgumentError`` naming the key."""
     prop = lookup(key)
     text = raw(props, key, config)
-    if text is None:
-        return None
-    if prop.type == "duration":
-        return parse_duration(text, key)
-    if prop.type in ("int", "position"):
-        try:
-            return int(text)
-        except ValueError:
-            raise InvalidArgumentError(f"'{key}' must be a whole number, got {text!r}") from None
-    if prop.type == "bool":
-        return text.strip().lower() == "true"
-    return text
+    if text is None or prop.type not in _READ_KINDS:
+        return text
+    try:
+        return values.parse(text, _READ_KINDS[prop.type], key)
+    except values.BadValue as bad:
+        if prop.type == "bool":
+            return False  # a stored flag is on only when it says 'true'
+        if prop.type == "duration":
+            raise InvalidArgumentError(bad.detail) from None  # the duration parser's message, naming the key
+        raise InvalidArgumentError(f"'{key}' must be a whole number, got {text!r}") from None
 
 
 # ---- validation of what users set --------------------------------------------
@@ -354,34 +363,26 @@ def _names(prop: Property, value: str, columns: set[str] | None) -> list[str]:
     return lowered
 
 
+# The reason an error gives for what values.parse refused (none: the expected value alone says it).
+_REASONS = {
+    values.EMPTY: "empty",
+    # A bare number would be milliseconds (Fluss's reading): '5' meant as
+    # minutes became 5 ms. Only '0' may go without a unit.
+    values.NEEDS_UNIT: "a duration needs a unit (ms, s, min, h, d)",
+    values.SHORTER_THAN_MINIMUM: "shorter than the minimum",
+    values.BELOW_MINIMUM: "out of range",
+    values.ABOVE_MAXIMUM: "out of range",
+}
+
+
 def _check(prop: Property, value: str, columns: set[str] | None) -> None:
     if not value.strip():
         raise _invalid(prop, value, "empty")
-    if prop.type == "bool":
-        if value.strip().lower() not in ("true", "false"):
-            raise _invalid(prop, value)
-    elif prop.type == "choice":
-        if value.strip().lower() not in prop.choices:
-            raise _invalid(prop, value)
-    elif prop.type == "duration":
+    if prop.type in values.KINDS:
         try:
-            duration = parse_duration(value, prop.key)
-        except InvalidArgumentError:
-            raise _invalid(prop, value) from None
-        # A bare number would be milliseconds (Fluss's reading): '5' meant as
-        # minutes became 5 ms. Only '0' may go without a unit.
-        if value.strip() != "0" and not re.search(r"[a-zA-Z]", value):
-            raise _invalid(prop, value, "a duration needs a unit (ms, s, min, h, d)")
-        if prop.min_seconds is not None and duration.total_seconds() < prop.min_seconds:
-            raise _invalid(prop, value, "shorter than the minimum")
-    elif prop.type == "int":
-        try:
-            number = int(value.strip())
-        except ValueError:
-            raise _invalid(prop, value) from None
-        if (prop.minimum is not None and number < prop.minimum) or (
-                prop.maximum is not None and number > prop.maximum):
-            raise _invalid(prop, value, "out of range")
+            values.parse(value, prop.kind, prop.key)
+        except values.BadValue as bad:
+            raise _invalid(prop, value, _REASONS.get(bad.reason)) from None
     elif prop.type in ("columns", "column"):
         _names(prop, value, columns)
     elif prop.type == "transforms":

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from tierlake.server.exceptions import ConfigError, InvalidArgumentError
-from tierlake.server.runtime.durations import parse_duration
+from tierlake.server.exceptions import ConfigError
+from tierlake.server.runtime import values
 
 TYPES = ("str", "int", "duration", "bool", "path", "choice", "list", "secret")
 _TRUE = ("true", "yes", "on", "1")
@@ -52,33 +52,29 @@ class Setting:
             return [part.strip() for part in text.split(",") if part.strip()]
         if not text and self.type == "choice" and self.default:
             text = self.default  # an empty choice has always meant the default
-        if not text:
-            if self.optional:
-                return None
-            raise ConfigError(f"{self.key} needs a value ({self._expected()})")
-        if self.type == "int":
-            try:
-                value = int(text)
-            except ValueError:
-                raise ConfigError(f"{self.key} must be an integer, got {raw!r}") from None
-            if self.minimum is not None and value < self.minimum:
-                raise ConfigError(f"{self.key} must be at least {self.minimum}, got {value}")
-            return value
-        if self.type == "duration":
-            try:
-                return parse_duration(text, self.key)
-            except InvalidArgumentError as e:
-                raise ConfigError(e.message) from None
-        if self.type == "bool":
-            if text.lower() in _TRUE + _FALSE:
-                return text.lower() in _TRUE
-            raise ConfigError(f"{self.key} must be true or false, got {raw!r}")
-        if self.type == "choice":
-            for choice in self.choices:
-                if text.upper() == choice.upper():
-                    return choice
-            raise ConfigError(f"{self.key} must be one of {', '.join(self.choices)}, got {raw!r}")
-        raise AssertionError(f"unknown setting type {self.type!r} of {self.key}")
+        if self.type not in values.KINDS:
+            raise AssertionError(f"unknown setting type {self.type!r} of {self.key}")
+        try:
+            return values.parse(text, self.kind, self.key)
+        except values.BadValue as bad:
+            raise ConfigError(self._refusal(bad, raw)) from None
+
+    @property
+    def kind(self) -> values.Kind:
+        """How :func:`values.parse` reads this setting: an empty optional one is None, bools take yes/no/on/off/1/0."""
+        return values.Kind(self.type, optional=self.optional, minimum=self.minimum, true_words=_TRUE,
+                           false_words=_FALSE, choices=self.choices)
+
+    def _refusal(self, bad: values.BadValue, raw: str) -> str:
+        if bad.reason == values.EMPTY:
+            return f"{self.key} needs a value ({self._expected()})"
+        if bad.reason == values.NOT_A_DURATION:
+            return bad.detail  # the duration parser's message, naming the key
+        if bad.reason == values.BELOW_MINIMUM:
+            return f"{self.key} must be at least {self.minimum}, got {bad.value}"
+        wanted = {values.NOT_AN_INTEGER: "an integer", values.NOT_A_BOOL: "true or false",
+                  values.NOT_A_CHOICE: f"one of {', '.join(self.choices)}"}[bad.reason]
+        return f"{self.key} must be {wanted}, got {raw!r}"
 
     def _expected(self) -> str:
         return {"int": "an integer", "duration": "a duration such as '30 s'", "bool": "true or false",
