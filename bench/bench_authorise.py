@@ -85,9 +85,9 @@ class SqlglotClock:
 def decision_path(runs: int) -> None:
     """authorise + wants, as the gateway's ExecuteStatement runs them, for a reader."""
     from bench.common import start_server
-    from tierlake.server.gateway.authz import Authorizer, SparkSessions
-    from tierlake.server.gateway.passwords import PasswordFile, set_user
-    from tierlake.server.gateway.protocol import SessionInfo
+    from tierlake.server.gateway.auth.authz import Authorizer, SparkSessions
+    from tierlake.server.gateway.auth.passwords import PasswordFile, set_user
+    from tierlake.server.gateway.transport.protocol import SessionInfo
 
     server = start_server()
     try:
@@ -167,7 +167,7 @@ def main() -> None:
         return
     from pyspark.sql import SparkSession
 
-    from tierlake.server.gateway.authz import Authorizer, SparkSessions
+    from tierlake.server.gateway.auth.authz import Authorizer, SparkSessions
     from tierlake.server.runtime.javaext import internal_jar
 
     jar = internal_jar(Path(args.home))

@@ -216,7 +216,7 @@ def main() -> None:
     from pyhive import hive
 
     from bench.common import start_server
-    from tierlake.server.gateway.passwords import set_user
+    from tierlake.server.gateway.auth.passwords import set_user
 
     conf = {"tierlake.tiering.workers": "2", "tierlake.tiering.poll-interval": "0.2 s",
             "tierlake.coordinator.interval": "1 s"}

@@ -15,12 +15,12 @@ from tierlake.procedures import load_builtins
 from tierlake.server.changelog import fresh_view
 from tierlake.server.coordinator.coordinator import Coordinator
 from tierlake.server.exceptions import ConfigError, PortInUseError
-from tierlake.server.gateway.authz import Authorizer, SparkSessions
-from tierlake.server.gateway.handler import CallHandler
-from tierlake.server.gateway.ingest import IngestHandler
-from tierlake.server.gateway.passwords import PasswordFile
-from tierlake.server.gateway.server import Gateway
-from tierlake.server.gateway.sys_reads import SysReads
+from tierlake.server.gateway.auth.authz import Authorizer, SparkSessions
+from tierlake.server.gateway.auth.passwords import PasswordFile
+from tierlake.server.gateway.routing.handler import CallHandler
+from tierlake.server.gateway.routing.ingest import IngestHandler
+from tierlake.server.gateway.routing.sys_reads import SysReads
+from tierlake.server.gateway.transport.server import Gateway
 from tierlake.server.ingest import ledger
 from tierlake.server.ingest.writer import StreamWriter
 from tierlake.server.maintenance.kv_tables import KvMaintenance

@@ -264,10 +264,53 @@ def test_server_packages_import_only_lower_layers():
 
 
 def test_the_layer_rule_catches_upward_and_sideways_imports():
-    assert wrong_way({"tierlake.server.runtime.session": {"tierlake.server.gateway.server"}})
+    assert wrong_way({"tierlake.server.runtime.session": {"tierlake.server.gateway.transport.server"}})
     assert wrong_way({"tierlake.server.kv.leases": {"tierlake.server.quality.suite"}})
-    assert not wrong_way({"tierlake.server.gateway.server": {"tierlake.server.runtime.session",
-                                                            "tierlake.server.gateway.protocol"}})
+    assert not wrong_way({"tierlake.server.gateway.transport.server": {"tierlake.server.runtime.session",
+                                                                      "tierlake.server.gateway.transport.protocol"}})
+
+
+# The gateway's own parts (server/gateway/__init__.py), lowest first, by the same rule: a part imports
+# only parts of lower layers. Routing's handlers implement the transport's statement handler interface;
+# both decide on auth's parse; auth and results import nothing else of the gateway.
+GATEWAY = "tierlake.server.gateway"
+GATEWAY_LAYERS: list[set[str]] = [
+    {"auth", "results"},  # logins, roles, authorisation on Spark's parse; LocalResult → HiveServer2 row sets
+    {"transport"},  # the Thrift server, framing, SASL/TLS, connection slots, the relay to Spark's Thrift server
+    {"routing"},  # the statements the gateway answers itself: INSERTs, sys reads, CALL sys.*, tiered DDL
+]
+
+
+def _gateway_part(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[3] if _within(module, GATEWAY) and len(parts) > 3 else None
+
+
+def gateway_wrong_way(graph: dict[str, set[str]]) -> list[str]:
+    """Imports from a part of the gateway to one of the same or a higher layer."""
+    layer = {name: i for i, names in enumerate(GATEWAY_LAYERS) for name in names}
+    return sorted(f"{module} imports {target}" for module, targets in graph.items() for target in targets
+                  if (a := _gateway_part(module)) and (b := _gateway_part(target)) and a != b
+                  and layer[b] >= layer[a])
+
+
+def test_every_gateway_module_has_a_part_with_a_layer():
+    layered = set().union(*GATEWAY_LAYERS)
+    parts = {_gateway_part(m) for m in import_graph()} - {None}
+    assert parts <= layered, f"add these to GATEWAY_LAYERS and docs/architecture.md: {sorted(parts - layered)}"
+
+
+def test_gateway_parts_import_only_lower_layers():
+    offenders = gateway_wrong_way(import_graph())
+    assert not offenders, "gateway parts import upwards or sideways (docs/architecture.md):\n  " + \
+        "\n  ".join(offenders)
+
+
+def test_the_gateway_rule_catches_upward_and_sideways_imports():
+    assert gateway_wrong_way({f"{GATEWAY}.auth.authz": {f"{GATEWAY}.routing.handler"}})
+    assert gateway_wrong_way({f"{GATEWAY}.results": {f"{GATEWAY}.auth.planauth"}})
+    assert not gateway_wrong_way({f"{GATEWAY}.routing.handler": {f"{GATEWAY}.transport.protocol",
+                                                                 f"{GATEWAY}.auth.planauth"}})
 
 
 # ---- function-level imports of our own modules say why ----

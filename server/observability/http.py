@@ -33,7 +33,7 @@ LOGIN_CACHE_S = 60.0
 
 
 class Logins(Protocol):
-    """What the gateway's authoriser offers (``server/gateway/authz.Authorizer``)."""
+    """What the gateway's authoriser offers (``server/gateway/auth/authz.Authorizer``)."""
 
     @property
     def enabled(self) -> bool: ...

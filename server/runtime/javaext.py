@@ -4,7 +4,7 @@ with ``javac`` against pyspark's jars and cached under ``$TIERLAKE_HOME/jars``
 jar in jars.py. They go on the driver's class path:
 
 - ``io.tierlake.internal.PlanWalker`` flattens a parsed plan for the
-  gateway's authorisation (server/gateway/planauth.py);
+  gateway's authorisation (server/gateway/auth/planauth.py);
 - ``io.tierlake.internal.AuthzCheck`` is a session extension's check rule:
   the gateway's second line of authorisation, on the plans Spark resolved,
   for the client sessions the gateway bound to a role;

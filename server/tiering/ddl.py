@@ -1,8 +1,8 @@
 """Tiered DDL, run by the engine behind one entry point, :func:`run`.
 
 The gateway only recognises the statement, on Spark's own parse in the
-session that runs it (server/gateway/ddl.py reads a tiered CREATE's columns
-and properties or a tiering ALTER's properties; server/gateway/fresh_ddl.py a
+session that runs it (server/gateway/routing/ddl.py reads a tiered CREATE's columns
+and properties or a tiering ALTER's properties; server/gateway/routing/fresh_ddl.py a
 qualified DROP TABLE or RENAME of a tiered table), and hands what it
 recognised here with the statement. Everything that follows happens here:
 

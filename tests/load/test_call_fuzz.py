@@ -77,8 +77,8 @@ def dry_registry(source: Registry) -> Registry:
 
 @pytest.fixture(scope="module")
 def fuzz_cursor(server):
-    from tierlake.server.gateway.handler import CallHandler
-    from tierlake.server.gateway.server import Gateway
+    from tierlake.server.gateway.routing.handler import CallHandler
+    from tierlake.server.gateway.transport.server import Gateway
 
     registry = dry_registry(server.registry)
     gateway = Gateway("127.0.0.1", 0, "127.0.0.1", server.thrift_port, CallHandler(registry, server.context),

@@ -13,7 +13,7 @@ import time
 import pytest
 from pyhive import hive
 
-from tierlake.server.gateway.sasl import OK, START
+from tierlake.server.gateway.transport.sasl import OK, START
 
 pytestmark = [pytest.mark.load, pytest.mark.integration]
 

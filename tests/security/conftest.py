@@ -14,7 +14,7 @@ ROLES = {"ann": "admin", "rita": "reader", "will": "writer", "ts": "tiering-serv
 
 @pytest.fixture(scope="session")
 def password_file(tmp_path_factory):
-    from tierlake.server.gateway.passwords import set_user
+    from tierlake.server.gateway.auth.passwords import set_user
 
     path = tmp_path_factory.mktemp("auth") / "passwords"
     for user, role in ROLES.items():
@@ -40,8 +40,8 @@ def tls_files(tmp_path_factory):
 def configured_gateway(server, **conf):
     """A gateway built by the server's own code path from the server's config plus ``conf``."""
     from tierlake.server.app import gateway_from_config
-    from tierlake.server.gateway.authz import SparkSessions
-    from tierlake.server.gateway.handler import CallHandler
+    from tierlake.server.gateway.auth.authz import SparkSessions
+    from tierlake.server.gateway.routing.handler import CallHandler
     from tierlake.server.runtime.config import Config
 
     config = Config(home=server.config.home, values={**server.config.values, "tierlake.gateway.port": "0", **conf})

@@ -21,7 +21,7 @@ from typing import Any
 
 from pyhive import exc, hive
 
-from tierlake.server.gateway.callparse import _skip_blank  # Spark's rules for leading comments
+from tierlake.server.gateway.auth.callparse import _skip_blank  # Spark's rules for leading comments
 
 CORPUS = Path(__file__).parents[1] / "fixtures" / "security" / "attack_corpus.jsonl"
 REFUSED = ("42501", "42601")  # permission denied, or Spark's parse error

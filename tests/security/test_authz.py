@@ -6,10 +6,10 @@ import pytest
 
 from tierlake.procedures import load_builtins
 from tierlake.server.exceptions import PermissionDeniedError, StatementTooLargeError
-from tierlake.server.gateway import planauth
-from tierlake.server.gateway.authz import Authorizer, call_requirement
-from tierlake.server.gateway.passwords import PasswordFile, set_user
-from tierlake.server.gateway.requestcheck import check_configuration, check_overlay
+from tierlake.server.gateway.auth import planauth
+from tierlake.server.gateway.auth.authz import Authorizer, call_requirement
+from tierlake.server.gateway.auth.passwords import PasswordFile, set_user
+from tierlake.server.gateway.auth.requestcheck import check_configuration, check_overlay
 from tierlake.server.sqlapi import roles as R
 
 CAT = "org.apache.spark.sql.catalyst"

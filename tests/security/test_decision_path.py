@@ -13,11 +13,11 @@ from types import SimpleNamespace
 import pytest
 import sqlglot
 
-from tierlake.server.gateway import planauth
-from tierlake.server.gateway.callparse import CALL_PREFIX_LIMIT, is_sys_call
-from tierlake.server.gateway.handler import CallHandler
-from tierlake.server.gateway.protocol import SessionInfo
-from tierlake.server.gateway.sys_reads import SysReads
+from tierlake.server.gateway.auth import planauth
+from tierlake.server.gateway.auth.callparse import CALL_PREFIX_LIMIT, is_sys_call
+from tierlake.server.gateway.routing.handler import CallHandler
+from tierlake.server.gateway.routing.sys_reads import SysReads
+from tierlake.server.gateway.transport.protocol import SessionInfo
 
 LOGICAL = "org.apache.spark.sql.catalyst.plans.logical."
 ANALYSIS = "org.apache.spark.sql.catalyst.analysis."
@@ -65,7 +65,7 @@ class FakeSpark:
 @pytest.fixture(autouse=True)
 def fake_parse(monkeypatch):
     """The running session's parse (PlanWalker.parse in the JVM) answered by the fake's parser."""
-    from tierlake.server.gateway import fresh_ddl
+    from tierlake.server.gateway.routing import fresh_ddl
 
     monkeypatch.setattr(fresh_ddl, "spark_parse",
                         lambda jsession, statement: jsession.sessionState().sqlParser().parsePlan(statement))

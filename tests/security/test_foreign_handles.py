@@ -16,10 +16,10 @@ from thrift.Thrift import TApplicationException, TMessageType
 
 from tests.security.conftest import PASSWORD
 from tests.security.test_thrift_hardening import Raw, call_unstubbed, execute_args, get_query_id, set_client_info
-from tests.server.gateway.test_gateway_unit import SUCCESS, FakeHiveServer, RawClient
 from tests.server.gateway.toy import ToyHandler, serving
-from tierlake.server.gateway import server as gateway_server
-from tierlake.server.gateway.server import Gateway
+from tests.server.gateway.transport.test_gateway_unit import SUCCESS, FakeHiveServer, RawClient
+from tierlake.server.gateway.transport import server as gateway_server
+from tierlake.server.gateway.transport.server import Gateway
 
 ERROR = ttypes.TStatusCode.ERROR_STATUS
 FETCH_NEXT = ttypes.TFetchOrientation.FETCH_NEXT
@@ -159,7 +159,7 @@ def test_a_closed_session_and_its_operations_are_refused_afterwards(auth_gateway
         assert response.status.statusCode == SUCCESS
         from TCLIService import TCLIService
 
-        from tierlake.server.gateway.protocol import encode_message
+        from tierlake.server.gateway.transport.protocol import encode_message
         closed = raw.call(encode_message("CloseSession", TMessageType.CALL, 3,
                                          TCLIService.CloseSession_args(ttypes.TCloseSessionReq(first))))[1]
         assert closed.status.statusCode == SUCCESS

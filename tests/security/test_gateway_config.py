@@ -7,7 +7,7 @@ import pytest
 from tests.server.gateway.toy import ToyHandler
 from tierlake.server.app import gateway_from_config
 from tierlake.server.exceptions import ConfigError
-from tierlake.server.gateway.passwords import set_user
+from tierlake.server.gateway.auth.passwords import set_user
 from tierlake.server.runtime.config import DEFAULTS, Config
 
 

@@ -14,8 +14,8 @@ import time
 import pytest
 
 from tests.server.gateway.toy import ToyHandler
-from tierlake.server.gateway.sasl import COMPLETE, OK, START
-from tierlake.server.gateway.server import Gateway
+from tierlake.server.gateway.transport.sasl import COMPLETE, OK, START
+from tierlake.server.gateway.transport.server import Gateway
 
 
 def closed_while_trickling(port: int, data: bytes, pause: float) -> bool:

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tierlake.server.exceptions import StatementTooLargeError
-from tierlake.server.gateway import parsecost
-from tierlake.server.gateway.authz import Authorizer
+from tierlake.server.gateway.auth import parsecost
+from tierlake.server.gateway.auth.authz import Authorizer
 
 _STOPS = "\n\r\u0085\u2028\u2029"
 

@@ -8,7 +8,7 @@ import pytest
 
 from tierlake.server.cli import main
 from tierlake.server.exceptions import ConfigError
-from tierlake.server.gateway import passwords
+from tierlake.server.gateway.auth import passwords
 
 
 def test_hashes_are_salted_and_verify(tmp_path):

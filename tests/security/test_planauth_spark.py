@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from tierlake.procedures import load_builtins
 from tierlake.server.exceptions import PermissionDeniedError, SqlSyntaxError
-from tierlake.server.gateway import planauth
-from tierlake.server.gateway.authz import Authorizer, SparkSessions
-from tierlake.server.gateway.passwords import PasswordFile
+from tierlake.server.gateway.auth import planauth
+from tierlake.server.gateway.auth.authz import Authorizer, SparkSessions
+from tierlake.server.gateway.auth.passwords import PasswordFile
 from tierlake.server.sqlapi import roles as R
 
 pytestmark = pytest.mark.integration

@@ -11,8 +11,8 @@ from thrift.Thrift import TMessageType, TType
 from thrift.transport.TTransport import TMemoryBuffer
 
 from tests.security.test_thrift_hardening import get_query_id, set_client_info
-from tierlake.server.gateway import rawmethods
-from tierlake.server.gateway.protocol import MessageReader, RawMessage, strict_decode
+from tierlake.server.gateway.transport import rawmethods
+from tierlake.server.gateway.transport.protocol import MessageReader, RawMessage, strict_decode
 
 HANDLE = ttypes.TSessionHandle(ttypes.THandleIdentifier(b"g" * 16, b"s" * 16))
 OPERATION = ttypes.TOperationHandle(ttypes.THandleIdentifier(b"o" * 16, b"p" * 16),

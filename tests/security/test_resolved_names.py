@@ -25,8 +25,8 @@ from TCLIService import ttypes
 
 from tests.security.conftest import PASSWORD
 from tierlake.procedures import load_builtins
-from tierlake.server.gateway import planauth
-from tierlake.server.gateway.authz import Authorizer, SparkSessions
+from tierlake.server.gateway.auth import planauth
+from tierlake.server.gateway.auth.authz import Authorizer, SparkSessions
 from tierlake.server.sqlapi import roles as R
 
 pytestmark = pytest.mark.integration

@@ -39,7 +39,7 @@ HUGE_ON_THE_DRIVER = "SELECT length(repeat('x', 2000000000))"
 
 @pytest.fixture(scope="module")
 def bounded_server(tmp_path_factory):
-    from tierlake.server.gateway.passwords import set_user
+    from tierlake.server.gateway.auth.passwords import set_user
 
     home = tmp_path_factory.mktemp("bounds-home")
     passwords = tmp_path_factory.mktemp("bounds-auth") / "passwords"

@@ -127,7 +127,7 @@ def test_the_redaction_pattern_hides_hosts_ports_and_paths(key, value):
 
 
 def test_the_redaction_pattern_leaves_reader_settings_readable():
-    from tierlake.server.gateway.planauth import READER_SETTINGS
+    from tierlake.server.gateway.auth.planauth import READER_SETTINGS
 
     values = ["UTC", "America/New_York", "+01:00", "200", "true", "10MB", "CORRECTED", "ANSI", "134217728"]
     for key in READER_SETTINGS:
@@ -218,7 +218,7 @@ def _jvm_pid(tree: set[int]) -> int:
 
 @pytest.fixture
 def reader_password_file(tmp_path):
-    from tierlake.server.gateway.passwords import set_user
+    from tierlake.server.gateway.auth.passwords import set_user
 
     path = tmp_path / "passwords"
     set_user(path, "ann", PASSWORD["ann"], frozenset({"admin"}))

@@ -20,8 +20,8 @@ from thrift.Thrift import TApplicationException, TMessageType, TType
 from thrift.transport.TTransport import TMemoryBuffer
 
 from tests.security.conftest import PASSWORD
-from tierlake.server.gateway.protocol import encode_message
-from tierlake.server.gateway.sasl import COMPLETE, OK, START
+from tierlake.server.gateway.transport.protocol import encode_message
+from tierlake.server.gateway.transport.sasl import COMPLETE, OK, START
 
 pytestmark = pytest.mark.integration
 V10 = ttypes.TProtocolVersion.HIVE_CLI_SERVICE_PROTOCOL_V10

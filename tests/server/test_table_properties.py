@@ -134,7 +134,7 @@ def test_other_keys_pass(key):
 
 
 def test_a_create_with_tiering_keys_but_no_switch_is_refused_with_the_typo_named():
-    from tierlake.server.gateway.ddl import parse_tiered_create
+    from tierlake.server.gateway.routing.ddl import parse_tiered_create
 
     with pytest.raises(InvalidArgumentError) as info:
         parse_tiered_create("CREATE TABLE d.t (id BIGINT) TBLPROPERTIES ('table.datalake.enable'='true')")

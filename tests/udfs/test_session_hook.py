@@ -8,9 +8,9 @@ import logging
 import pytest
 from pyhive import hive
 
-from tests.server.gateway.test_gateway_unit import FakeHiveServer
 from tests.server.gateway.toy import ToyHandler, serving
-from tierlake.server.gateway.server import Gateway
+from tests.server.gateway.transport.test_gateway_unit import FakeHiveServer
+from tierlake.server.gateway.transport.server import Gateway
 
 
 class RecordingBackend(FakeHiveServer):

@@ -24,10 +24,10 @@ import uuid
 from typing import Any
 
 from tierlake.server.exceptions import PermissionDeniedError, StatementTooLargeError, TierlakeError
-from tierlake.server.gateway import parsecost, planauth
-from tierlake.server.gateway.callparse import is_sys_call, parse_call
-from tierlake.server.gateway.passwords import PasswordFile
-from tierlake.server.gateway.planauth import Requirement
+from tierlake.server.gateway.auth import parsecost, planauth
+from tierlake.server.gateway.auth.callparse import is_sys_call, parse_call
+from tierlake.server.gateway.auth.passwords import PasswordFile
+from tierlake.server.gateway.auth.planauth import Requirement
 from tierlake.server.sqlapi import roles as R
 from tierlake.server.sqlapi.functions import _cli_service
 from tierlake.server.sqlapi.registry import default as default_registry

@@ -23,7 +23,7 @@ import re
 from typing import Any
 
 from tierlake.server.exceptions import PermissionDeniedError
-from tierlake.server.gateway import planauth
+from tierlake.server.gateway.auth import planauth
 
 # Hive JDBC sends this in every OpenSession.
 CLIENT_SETTINGS = frozenset({"hive.server2.thrift.resultset.default.fetch.size"})

@@ -4,6 +4,6 @@ instead of relaying it to Spark, outermost first: INSERTs into stream tables
 and tiered DDL recognised on Spark's parse (handler.py, ddl.py, fresh_ddl.py;
 the engine runs the DDL: server/tiering/ddl.py).
 
-Each is a statement handler of :mod:`..transport.protocol` and decides on the
-parse the authoriser made (:mod:`..auth.planauth`).
+Each is a statement handler of ``transport/protocol.py`` and decides on the
+parse the authoriser made (``auth/planauth.py``).
 """

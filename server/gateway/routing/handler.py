@@ -8,11 +8,11 @@ import time
 from collections.abc import Callable
 
 from tierlake.server.exceptions import SparkSqlError, SqlSyntaxError, TierlakeError
-from tierlake.server.gateway import planauth
-from tierlake.server.gateway.callparse import is_sys_call, parse_call
-from tierlake.server.gateway.ddl import may_be_tiering_ddl, parse_tiered_create, parse_tiering_alter
-from tierlake.server.gateway.fresh_ddl import may_change_table, spark_root, spark_table_change
-from tierlake.server.gateway.protocol import LocalResult, SessionInfo
+from tierlake.server.gateway.auth import planauth
+from tierlake.server.gateway.auth.callparse import is_sys_call, parse_call
+from tierlake.server.gateway.routing.ddl import may_be_tiering_ddl, parse_tiered_create, parse_tiering_alter
+from tierlake.server.gateway.routing.fresh_ddl import may_change_table, spark_root, spark_table_change
+from tierlake.server.gateway.transport.protocol import LocalResult, SessionInfo
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.sqlapi.registry import Registry
 from tierlake.server.sqlapi.roles import TIERING
@@ -80,7 +80,7 @@ class CallHandler:
     def runs_ddl(self, statement: str) -> bool:
         """A tiered CREATE, a tiering ALTER, or a DROP/RENAME of a table with
         a fresh view: DDL the gateway runs itself (admin only, whatever the
-        statement's parse, see server.py)."""
+        statement's parse, see transport/server.py)."""
         return self._ddl(statement) is not None
 
     def _ddl(self, statement: str):
@@ -120,7 +120,7 @@ class CallHandler:
         return spark_root(self._jsession(), statement)
 
     def _fresh_view_change(self, statement: str):
-        """DROP/RENAME of a tiered table or one with a fresh view (server/gateway/fresh_ddl.py)."""
+        """DROP/RENAME of a tiered table or one with a fresh view (server/gateway/routing/fresh_ddl.py)."""
         change = spark_table_change(self._jsession(), statement)
         if change is None or not tiered_ddl.has_fresh_view(self.context_factory(None).spark, change.table):
             return None

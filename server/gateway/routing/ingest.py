@@ -17,8 +17,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from tierlake.server.gateway import planauth
-from tierlake.server.gateway.protocol import LocalResult, SessionInfo
+from tierlake.server.gateway.auth import planauth
+from tierlake.server.gateway.transport.protocol import LocalResult, SessionInfo
 from tierlake.server.observability import metrics
 
 log = logging.getLogger("tierlake.ingest")

@@ -55,9 +55,9 @@ from typing import Any
 
 from tierlake import sql
 from tierlake.server.exceptions import SparkSqlError
-from tierlake.server.gateway import planauth
-from tierlake.server.gateway.backend_client import BackendClient
-from tierlake.server.gateway.protocol import LocalResult, SessionInfo
+from tierlake.server.gateway.auth import planauth
+from tierlake.server.gateway.transport.backend_client import BackendClient
+from tierlake.server.gateway.transport.protocol import LocalResult, SessionInfo
 from tierlake.server.state import state_version
 
 log = logging.getLogger("tierlake.gateway")

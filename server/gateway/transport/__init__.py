@@ -7,6 +7,6 @@ link to the internal Spark Thrift Server (upstream.py; backend_client.py, a
 gateway-owned session on it).
 
 It decides nothing about users' rights itself: requests are checked through
-:mod:`..auth` (the Authorizer is handed in by the composition root), and the
-statements the gateway answers itself are :mod:`..routing`'s handlers.
+``auth`` (the Authorizer is handed in by the composition root), and the
+statements the gateway answers itself are ``routing``'s handlers.
 """

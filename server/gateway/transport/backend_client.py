@@ -1,9 +1,9 @@
 """A gateway-owned HiveServer2 client session on the internal Spark Thrift
 Server: runs one statement and returns Spark's result-set schema and rows,
-as the status-read cache (:mod:`server.gateway.sys_reads`) keeps them.
+as the status-read cache (:mod:`server.gateway.routing.sys_reads`) keeps them.
 
 It connects the way the gateway's own backend link does
-(:func:`server.gateway.upstream.connect_upstream`): SASL PLAIN with this
+(:func:`server.gateway.transport.upstream.connect_upstream`): SASL PLAIN with this
 process's secret, the only login the internal server accepts."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from TCLIService import TCLIService, ttypes
 from thrift.protocol import TBinaryProtocol
 
 from tierlake.server.exceptions import SparkSqlError
-from tierlake.server.gateway.upstream import connect_upstream
+from tierlake.server.gateway.transport.upstream import connect_upstream
 
 PROTOCOL = ttypes.TProtocolVersion.HIVE_CLI_SERVICE_PROTOCOL_V10
 FETCH_ROWS = 10_000

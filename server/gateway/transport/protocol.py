@@ -20,7 +20,7 @@ from thrift.protocol.TProtocol import TProtocolException
 from thrift.Thrift import TMessageType, TType
 from thrift.transport.TTransport import TMemoryBuffer, TTransportBase, TTransportException
 
-from tierlake.server.gateway.sasl import BufferedSocketTransport
+from tierlake.server.gateway.transport.sasl import BufferedSocketTransport
 
 # Replies of the internal server (result sets) may be big; what clients send
 # is bounded separately (Gateway.max_request_size).

@@ -29,7 +29,7 @@ from thrift.protocol.TProtocol import TProtocolException
 from thrift.Thrift import TMessageType, TType
 from thrift.transport.TTransport import TMemoryBuffer
 
-from tierlake.server.gateway.protocol import ok_status
+from tierlake.server.gateway.transport.protocol import ok_status
 
 
 def _read_fields(iprot, fields: dict[int, tuple[int, Any]]) -> dict[int, Any]:

@@ -19,7 +19,7 @@ from TCLIService import TCLIService, ttypes
 from thrift.Thrift import TMessageType
 
 from tierlake.server.exceptions import AuthenticationError
-from tierlake.server.gateway.protocol import MessageReader, SocketTransport, encode_reply, error_status
+from tierlake.server.gateway.transport.protocol import MessageReader, SocketTransport, encode_reply, error_status
 
 # A refused NOSASL client sends an OpenSession first; it is read (up to this
 # size) only to answer it.

@@ -6,8 +6,8 @@ internal STS (SASL PLAIN with the process's secret: only the gateway gets
 in). Messages are relayed byte-for-byte. With a password file, every
 request is first decoded strictly by the stubs (refused when they cannot:
 bad UTF-8, unknown fields, a message type other than CALL), OpenSession's
-configuration is checked against an allow-list (requestcheck.py) and every
-statement is authorised on Spark's parse (authz.py, planauth.py).
+configuration is checked against an allow-list (auth/requestcheck.py) and every
+statement is authorised on Spark's parse (auth/authz.py, auth/planauth.py).
 
 Connection slots come in two pools (security.Admission): connections still in
 their TLS/SASL handshake cannot take the slots of those that logged in, and a
@@ -35,8 +35,16 @@ from TCLIService import TCLIService, ttypes
 from thrift.Thrift import TApplicationException, TMessageType
 
 from tierlake.server.exceptions import InvalidHandleError, ResultTooLargeError, ServerStoppingError, TierlakeError
-from tierlake.server.gateway import rawmethods
-from tierlake.server.gateway.protocol import (
+from tierlake.server.gateway.auth.requestcheck import (
+    NAMES_NO_HANDLE,
+    SESSION,
+    check_configuration,
+    check_overlay,
+    named_handle,
+)
+from tierlake.server.gateway.results import build_row_set, empty_log_row_set, parse_columns, table_schema
+from tierlake.server.gateway.transport import rawmethods
+from tierlake.server.gateway.transport.protocol import (
     DEFAULT_MAX_MESSAGE,
     DEFAULT_MAX_REQUEST,
     LocalResult,
@@ -52,17 +60,9 @@ from tierlake.server.gateway.protocol import (
     ok_status,
     strict_decode,
 )
-from tierlake.server.gateway.requestcheck import (
-    NAMES_NO_HANDLE,
-    SESSION,
-    check_configuration,
-    check_overlay,
-    named_handle,
-)
-from tierlake.server.gateway.results import build_row_set, empty_log_row_set, parse_columns, table_schema
-from tierlake.server.gateway.sasl import Authenticator, NotSaslClient, SaslError, SaslServerTransport
-from tierlake.server.gateway.security import Admission, TlsError, refuse_nosasl, start_tls
-from tierlake.server.gateway.upstream import UpstreamError, connect_upstream
+from tierlake.server.gateway.transport.sasl import Authenticator, NotSaslClient, SaslError, SaslServerTransport
+from tierlake.server.gateway.transport.security import Admission, TlsError, refuse_nosasl, start_tls
+from tierlake.server.gateway.transport.upstream import UpstreamError, connect_upstream
 from tierlake.server.observability import metrics
 from tierlake.server.runtime import settings
 from tierlake.server.runtime.operations import OperationControl, running
@@ -806,7 +806,7 @@ class Gateway:
     session and before the client hears of it, so it may prepare the
     session (the server registers its UDFs there); its failures are logged.
 
-    Connection slots (:class:`~server.gateway.security.Admission`):
+    Connection slots (:class:`~server.gateway.transport.security.Admission`):
     ``max_connections`` logged-in connections, and apart from them
     ``max_unauthenticated`` connections still in their handshakes, at most
     ``max_unauthenticated_per_address`` of them from one address; a newcomer

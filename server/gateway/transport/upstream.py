@@ -12,8 +12,8 @@ from __future__ import annotations
 import socket
 import time
 
-from tierlake.server.gateway.protocol import SocketTransport
-from tierlake.server.gateway.sasl import _HEADER, COMPLETE, OK, START, SaslServerTransport, recv_exact
+from tierlake.server.gateway.transport.protocol import SocketTransport
+from tierlake.server.gateway.transport.sasl import _HEADER, COMPLETE, OK, START, SaslServerTransport, recv_exact
 
 
 class UpstreamError(Exception):

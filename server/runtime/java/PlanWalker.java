@@ -9,7 +9,7 @@ import org.apache.spark.sql.catalyst.trees.TreeNode;
 
 /**
  * Flattens an unresolved logical plan into lines the gateway authorises
- * (server/gateway/planauth.py). One py4j call per statement, linear in the
+ * (server/gateway/auth/planauth.py). One py4j call per statement, linear in the
  * plan's size, iterative (no stack overflow on deep plans).
  *
  * Every constructor field of every node is visited (productIterator), so

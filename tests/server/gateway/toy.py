@@ -10,7 +10,7 @@ import threading
 import time
 
 from tierlake.server.exceptions import OperationCancelledError, SqlSyntaxError, UnknownProcedureError
-from tierlake.server.gateway.protocol import LocalResult, SessionInfo
+from tierlake.server.gateway.transport.protocol import LocalResult, SessionInfo
 from tierlake.server.runtime import operations
 
 ROWS_COLUMNS = [("name", "string"), ("n", "bigint"), ("ts", "timestamp"), ("nothing", "string")]
@@ -88,7 +88,7 @@ def serving(fake):
     from TCLIService import TCLIService
     from thrift.protocol.TBinaryProtocol import TBinaryProtocol
 
-    from tierlake.server.gateway.protocol import SocketTransport
+    from tierlake.server.gateway.transport.protocol import SocketTransport
 
     processor = TCLIService.Processor(fake)
     listener = socket.create_server(("127.0.0.1", 0))

@@ -153,7 +153,7 @@ def test_a_retried_request_id_writes_nothing(server, spark, db):
 
 
 def test_a_reader_may_not_tag_writes(server, spark, hive_cursor, db):
-    from tierlake.server.gateway.planauth import setting_requirement
+    from tierlake.server.gateway.auth.planauth import setting_requirement
     from tierlake.server.sqlapi import roles
 
     assert setting_requirement("tierlake.write.request-id", "r1").role == roles.WRITER

@@ -1,10 +1,10 @@
-"""The gateway's INSERT handler without a JVM (server/gateway/ingest.py)."""
+"""The gateway's INSERT handler without a JVM (server/gateway/routing/ingest.py)."""
 
 from __future__ import annotations
 
-from tierlake.server.gateway import ingest as gateway_ingest
-from tierlake.server.gateway.ingest import IngestHandler
-from tierlake.server.gateway.protocol import LocalResult, SessionInfo
+from tierlake.server.gateway.routing import ingest as gateway_ingest
+from tierlake.server.gateway.routing.ingest import IngestHandler
+from tierlake.server.gateway.transport.protocol import LocalResult, SessionInfo
 
 
 class Inner:
@@ -102,7 +102,7 @@ def test_a_staged_statement_belongs_to_its_session_and_the_memory_is_bounded(mon
 
 
 def test_the_authorisers_parse_is_analysed_not_the_text_again():
-    from tierlake.server.gateway import planauth
+    from tierlake.server.gateway.auth import planauth
 
     h, inner, writer = handler()
     s = session()

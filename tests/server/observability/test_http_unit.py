@@ -12,8 +12,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from tests.server.observability.test_metrics_unit import FakeState, _Status
-from tierlake.server.gateway.authz import Authorizer
-from tierlake.server.gateway.passwords import PasswordFile, set_user
+from tierlake.server.gateway.auth.authz import Authorizer
+from tierlake.server.gateway.auth.passwords import PasswordFile, set_user
 from tierlake.server.observability import metrics
 from tierlake.server.observability.http import ObservabilityHttp
 from tierlake.server.observability.metrics import TableBook

@@ -15,8 +15,8 @@ import pytest
 from tests.browser import chromium, screenshot
 from tests.conftest import running_workers, wait_for
 from tests.server.tiering.conftest import make_due, run, wait_status, wait_tiered
-from tierlake.server.gateway.authz import Authorizer
-from tierlake.server.gateway.passwords import PasswordFile, set_user
+from tierlake.server.gateway.auth.authz import Authorizer
+from tierlake.server.gateway.auth.passwords import PasswordFile, set_user
 from tierlake.server.observability import metrics, sources
 from tierlake.server.observability.http import ObservabilityHttp
 

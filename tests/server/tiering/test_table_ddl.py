@@ -1,5 +1,5 @@
 """DROP TABLE and RENAME of a tiered stream table through the gateway: the
-coordinator's registration follows in the same step (server/gateway/fresh_ddl.py)."""
+coordinator's registration follows in the same step (server/gateway/routing/fresh_ddl.py)."""
 
 from __future__ import annotations
 

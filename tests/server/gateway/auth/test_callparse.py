@@ -4,10 +4,10 @@ from pathlib import Path
 import pytest
 
 from tierlake.server.exceptions import SqlSyntaxError
-from tierlake.server.gateway.callparse import is_sys_call, parse_call
+from tierlake.server.gateway.auth.callparse import is_sys_call, parse_call
 from tierlake.server.sqlapi.types import SqlMap, SqlStruct
 
-FIXTURES = Path(__file__).parents[2] / "fixtures" / "calls"
+FIXTURES = Path(__file__).parents[3] / "fixtures" / "calls"
 
 
 def _cases(name):

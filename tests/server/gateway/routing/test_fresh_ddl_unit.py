@@ -1,5 +1,5 @@
 """Which statements the gateway takes to keep fresh views with their tables
-(server/gateway/fresh_ddl.py): qualified DROP TABLE and RENAME only, as
+(server/gateway/routing/fresh_ddl.py): qualified DROP TABLE and RENAME only, as
 Spark's parse names them (the plan's root class and name parts)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tierlake.server.catalog.table_path import TablePath
-from tierlake.server.gateway.fresh_ddl import TableChange, may_change_table, table_change
+from tierlake.server.gateway.routing.fresh_ddl import TableChange, may_change_table, table_change
 
 
 @pytest.mark.parametrize("root,name,new_name,expected", [

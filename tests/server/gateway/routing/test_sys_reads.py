@@ -1,4 +1,4 @@
-"""The gateway's cache of ``sys`` reads (server/gateway/sys_reads.py) against
+"""The gateway's cache of ``sys`` reads (server/gateway/routing/sys_reads.py) against
 Spark itself: a corpus of BI-style queries through the gateway and directly
 on the internal Spark Thrift Server must give the same rows and column types,
 with coordinator state changes in between so a stale answer would show."""

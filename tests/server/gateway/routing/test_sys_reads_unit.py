@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tierlake.server.gateway.protocol import LocalResult, SessionInfo
-from tierlake.server.gateway.sys_reads import CachedResult, SysReads, classify
+from tierlake.server.gateway.routing.sys_reads import CachedResult, SysReads, classify
+from tierlake.server.gateway.transport.protocol import LocalResult, SessionInfo
 from tierlake.server.state import state_version
 
-PLANS = json.loads((Path(__file__).parents[2] / "fixtures" / "sys_reads" / "plans.json").read_text())
+PLANS = json.loads((Path(__file__).parents[3] / "fixtures" / "sys_reads" / "plans.json").read_text())
 BUILTINS = frozenset({"count", "now", "rand", "max"})
 
 

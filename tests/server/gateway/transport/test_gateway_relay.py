@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tierlake.server.gateway.server import Gateway
+from tierlake.server.gateway.transport.server import Gateway
 
-from .toy import ToyHandler, toy_row, toy_ts_text
+from ..toy import ToyHandler, toy_row, toy_ts_text
 
 pytestmark = pytest.mark.integration
 

@@ -17,10 +17,10 @@ from thrift.Thrift import TApplicationException, TMessageType, TType
 from thrift.transport.TSocket import TSocket
 from thrift.transport.TTransport import TBufferedTransport, TMemoryBuffer
 
-from tierlake.server.gateway.protocol import error_status, ok_status
-from tierlake.server.gateway.server import Gateway
+from tierlake.server.gateway.transport.protocol import error_status, ok_status
+from tierlake.server.gateway.transport.server import Gateway
 
-from .toy import ROWS_COLUMNS, ToyHandler, serving, toy_row, toy_ts_text
+from ..toy import ROWS_COLUMNS, ToyHandler, serving, toy_row, toy_ts_text
 
 V = ttypes.TProtocolVersion
 FETCH_NEXT = ttypes.TFetchOrientation.FETCH_NEXT

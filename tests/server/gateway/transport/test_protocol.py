@@ -12,7 +12,7 @@ from thrift.protocol.TProtocol import TProtocolException
 from thrift.Thrift import TMessageType, TType
 from thrift.transport.TTransport import TMemoryBuffer, TTransportException
 
-from tierlake.server.gateway.protocol import (
+from tierlake.server.gateway.transport.protocol import (
     MessageReader,
     RecordingTransport,
     SocketTransport,

@@ -10,8 +10,17 @@ import threading
 import pytest
 from thrift.transport.TTransport import TTransportException
 
-from tierlake.server.gateway import sasl
-from tierlake.server.gateway.sasl import BAD, COMPLETE, ERROR, OK, START, SaslError, SaslServerTransport, recv_exact
+from tierlake.server.gateway.transport import sasl
+from tierlake.server.gateway.transport.sasl import (
+    BAD,
+    COMPLETE,
+    ERROR,
+    OK,
+    START,
+    SaslError,
+    SaslServerTransport,
+    recv_exact,
+)
 
 
 def frame(status: int, payload: bytes) -> bytes:
