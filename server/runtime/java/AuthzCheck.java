@@ -18,7 +18,7 @@ import scala.runtime.BoxedUnit;
  * (a session extension, as Apache Kyuubi's AuthZ plugin installs its own)
  * that sees every plan a client's session has analysed, with names resolved
  * by Spark itself. The gateway decides first, on Spark's parse
- * (server/gateway/planauth.py); this rule refuses what resolution can still
+ * (server/gateway/auth/planauth.py); this rule refuses what resolution can still
  * turn into something else: files read through a data source, a JVM method
  * called by reflection, a document fetched by an XPath function, a
  * persistent function's code, a write by a role that may not write (or a
@@ -33,6 +33,7 @@ public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, 
     public static final String ADMIN = "admin";
     public static final String WRITER = "writer";
     public static final String READER = "reader";
+    private static final String SESSION_CATALOG = "spark_catalog";
 
     private static final Map<SparkSession, String> ROLES = Collections.synchronizedMap(new WeakHashMap<>());
 
@@ -137,6 +138,22 @@ public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, 
         return null;
     }
 
+    /**
+     * {@code USE <catalog>.<namespace>} of a catalog other than the session catalog. The gateway
+     * refuses a reader's names in other catalogs on Spark's parse (the incremental-read catalog
+     * that fresh views read the stream through among them); after such a USE they would be one-
+     * or two-part names it resolves against the session catalog, while Spark resolves them in the
+     * other catalog.
+     */
+    private static String otherCatalog(LogicalPlan node) {
+        if (!(node instanceof org.apache.spark.sql.catalyst.plans.logical.SetCatalogAndNamespace)) return null;
+        LogicalPlan target = ((org.apache.spark.sql.catalyst.plans.logical.SetCatalogAndNamespace) node).child();
+        if (!(target instanceof org.apache.spark.sql.catalyst.analysis.ResolvedNamespace)) return null;
+        String catalog = ((org.apache.spark.sql.catalyst.analysis.ResolvedNamespace) target).catalog().name();
+        if (SESSION_CATALOG.equalsIgnoreCase(catalog)) return null;
+        return "USE of catalog " + catalog + " (another catalog than " + SESSION_CATALOG + ")";
+    }
+
     private static String function(Expression e, String role) {
         String name = simple(e);
         if (name.startsWith("XPath")) return "NOBODY:" + name + " (XML functions fetch what a document names)";
@@ -170,6 +187,8 @@ public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, 
                 if (!ADMIN.equals(role)) {
                     String read = fileRead(node);
                     if (read != null) return denied(read, ADMIN);
+                    String use = otherCatalog(node);
+                    if (use != null) return denied(use, ADMIN);
                     if (simple(node).equals("ScriptTransformation") || simple(node).endsWith("ScriptTransformationExec")) {
                         return denied("a script transform", ADMIN);
                     }

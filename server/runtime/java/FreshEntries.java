@@ -70,38 +70,53 @@ public final class FreshEntries {
   }
 
   /**
+   * Whether Iceberg can scan the appends after snapshot {@code after} of {@code sparkTable}
+   * (Iceberg's SparkTable): IncrementalCatalog asks by reflection, as it compiles without Iceberg.
+   */
+  public static boolean readsAfter(Object sparkTable, long after) {
+    return reaches(((SparkTable) sparkTable).table(), after);
+  }
+
+  /** Whether the snapshots after {@code after} can be read ({@link #snapshotsAfter}). */
+  static boolean reaches(Table table, long after) {
+    return snapshotsAfter(table, after) != null;
+  }
+
+  /**
+   * The snapshots after {@code after} on the current snapshot's ancestry, newest first (none when
+   * it is the current one); null when the walk through parents that were not expired never comes
+   * to a snapshot whose parent is {@code after}. The start itself may be expired: Iceberg's
+   * incremental scan checks the parent id only (SnapshotUtil.isParentAncestorOf), and this walk
+   * must agree with it, or the local merge and the incremental read would disagree on which
+   * files are pending.
+   */
+  static List<Snapshot> snapshotsAfter(Table table, long after) {
+    List<Snapshot> snapshots = new ArrayList<>();
+    Snapshot snapshot = table.currentSnapshot();
+    if (snapshot != null && snapshot.snapshotId() == after) return snapshots;
+    while (snapshot != null) {
+      snapshots.add(snapshot);
+      Long parent = snapshot.parentId();
+      if (parent == null) return null;
+      if (parent == after) return snapshots;
+      snapshot = table.snapshot(parent);
+    }
+    return null;
+  }
+
+  /**
    * The files the appends after {@code after} added, oldest commit first; where those snapshots
    * were expired, every live data file whose data sequence number is above {@code position}.
    */
-  /** Whether the current snapshot reaches {@code after} through parents that were not expired. */
-  static boolean reaches(Table table, long after) {
-    Snapshot snapshot = table.currentSnapshot();
-    while (snapshot != null && snapshot.snapshotId() != after) {
-      Long parent = snapshot.parentId();
-      snapshot = parent == null ? null : table.snapshot(parent);
-    }
-    return snapshot != null;
-  }
-
   static Files pending(Table table, long after, long position) {
     Files pending = new Files();
-    List<Snapshot> appends = new ArrayList<>();
-    boolean reached = false;
-    Snapshot snapshot = table.currentSnapshot();
-    while (snapshot != null && snapshot.snapshotId() != after) {
-      if (DataOperations.APPEND.equals(snapshot.operation())) appends.add(snapshot);
-      Long parent = snapshot.parentId();
-      if (parent != null && parent == after) {
-        reached = true;
-        break;
-      }
-      snapshot = parent == null ? null : table.snapshot(parent);
-    }
-    if (snapshot != null && snapshot.snapshotId() == after) reached = true;
+    List<Snapshot> snapshots = snapshotsAfter(table, after);
+    boolean reached = snapshots != null;
     pending.incremental = reached;
     if (reached) {
-      for (int i = appends.size() - 1; i >= 0; i--) {
-        Snapshot append = appends.get(i);
+      for (int i = snapshots.size() - 1; i >= 0; i--) {
+        Snapshot append = snapshots.get(i);
+        if (!DataOperations.APPEND.equals(append.operation())) continue;
         for (DataFile file : append.addedDataFiles(table.io())) {
           pending.files.add(file);
           pending.sequences.add(append.sequenceNumber());

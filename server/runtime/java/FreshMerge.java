@@ -28,6 +28,7 @@ import org.apache.spark.sql.catalyst.expressions.EqualTo;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.InSet;
 import org.apache.spark.sql.catalyst.expressions.IsNull;
+import org.apache.spark.sql.catalyst.expressions.Literal;
 import org.apache.spark.sql.catalyst.expressions.Not;
 import org.apache.spark.sql.catalyst.expressions.Or;
 import org.apache.spark.sql.catalyst.optimizer.ConvertToLocalRelation$;
@@ -106,10 +107,19 @@ public final class FreshMerge extends AbstractFunction1<SparkSessionExtensions, 
         }
       });
 
-  // Files the local form read per stream table ("db.t"), the last time: tests check what was opened.
-  private static final Map<String, List<String>> LAST_READ = new java.util.concurrent.ConcurrentHashMap<>();
+  // Files the local form read per stream table ("db.t"), the last time: tests check what was opened
+  // right after a query of one view. Only the most recently merged tables are kept: a server whose
+  // tables come and go (renamed, dropped) would otherwise hold a path list per table it ever merged.
+  private static final int LAST_READ_TABLES = 16;
+  private static final Map<String, List<String>> LAST_READ = java.util.Collections.synchronizedMap(
+      new LinkedHashMap<String, List<String>>(16, 0.75f, true) {
+        @Override
+        protected boolean removeEldestEntry(Map.Entry<String, List<String>> eldest) {
+          return size() > LAST_READ_TABLES;
+        }
+      });
 
-  /** The files the local form of {@code db.t}'s fresh view read last (tests). */
+  /** The files the local form of {@code db.t}'s fresh view read last, while among the last 16 used (tests). */
   public static String[] lastRead(String streamTable) {
     List<String> files = LAST_READ.get(streamTable);
     return files == null ? new String[0] : files.toArray(new String[0]);
@@ -427,9 +437,38 @@ public final class FreshMerge extends AbstractFunction1<SparkSessionExtensions, 
       for (InternalRow row : JavaConverters.seqAsJavaList(local.data())) {
         if (!row.isNullAt(ordinal)) keys.add(row.get(ordinal, key.dataType()));
       }
-      Expression keep = new Or(new IsNull(probe),
-          new Not(new InSet(probe, JavaConverters.asScalaSet(keys).toSet())));
-      return new Filter(keep, join.left());
+      Expression absent = primitive(key.dataType())
+          ? absentFrom(new KeySet(numbers(keys)), probe)
+          : new Not(new InSet(probe, JavaConverters.asScalaSet(keys).toSet()));
+      return new Filter(new Or(new IsNull(probe), absent), join.left());
+    }
+
+    /** Key types whose values Spark holds as exact integers (a date in days, a timestamp in microseconds). */
+    private static boolean primitive(DataType type) {
+      return type instanceof org.apache.spark.sql.types.IntegralType
+          || type instanceof org.apache.spark.sql.types.DateType
+          || type instanceof org.apache.spark.sql.types.TimestampType
+          || type instanceof org.apache.spark.sql.types.TimestampNTZType;
+    }
+
+    private static List<Number> numbers(java.util.Set<Object> keys) {
+      List<Number> out = new ArrayList<>(keys.size());
+      for (Object k : keys) out.add((Number) k);
+      return out;
+    }
+
+    /**
+     * {@code keys.absent(probe)}, generated as a call on the literal holding the set (a field of the
+     * generated class); Invoke finds the overload by the probe's Java type (byte, short, int, long).
+     */
+    private static Expression absentFrom(KeySet keys, Expression probe) {
+      Expression set = new Literal(keys, new org.apache.spark.sql.types.ObjectType(KeySet.class));
+      return new org.apache.spark.sql.catalyst.expressions.objects.Invoke(set, "absent",
+          org.apache.spark.sql.types.DataTypes.BooleanType,
+          JavaConverters.asScalaBuffer(java.util.Collections.singletonList(probe)).toSeq(),
+          JavaConverters.asScalaBuffer(java.util.Collections.<org.apache.spark.sql.types.AbstractDataType>emptyList())
+              .toSeq(),
+          true, false, true);
     }
 
     private static boolean comparesByEquals(DataType type) {

@@ -122,18 +122,32 @@ public final class IncrementalCatalog implements TableCatalog {
       sequenceBy = "none".equals(m.group(5)) ? -1 : Integer.parseInt(m.group(5));
       change = "none".equals(m.group(6)) ? -1 : Integer.parseInt(m.group(6));
     }
+    java.lang.reflect.Method table;
     try {
-      java.lang.reflect.Method table = Class.forName("io.tierlake.internal.FreshMerge").getMethod("table",
+      table = Class.forName("io.tierlake.internal.FreshMerge").getMethod("table",
           Object.class, Object.class, String[].class, String.class, long.class, long.class, int[].class, int.class,
           int.class);
-      return (Table) table.invoke(null, stream, this, ns, name + "." + ident,
-          Long.parseLong(m.group(2)), Long.parseLong(m.group(3)), keys, sequenceBy, change);
+    } catch (ReflectiveOperationException e) {
+      throw new IllegalStateException("fresh views need tierlake's classes compiled with Iceberg", e);
+    }
+    return (Table) invoke(table, stream, this, ns, name + "." + ident,
+        Long.parseLong(m.group(2)), Long.parseLong(m.group(3)), keys, sequenceBy, change);
+  }
+
+  /**
+   * A static method of a class compiled with Iceberg (FreshMerge, FreshEntries), called by
+   * reflection because this class compiles without it: what the method threw is rethrown as it
+   * was, so the client sees Iceberg's or tierlake's own error, not a reflection wrapper.
+   */
+  static Object invoke(java.lang.reflect.Method method, Object... args) {
+    try {
+      return method.invoke(null, args);
     } catch (java.lang.reflect.InvocationTargetException e) {
       Throwable cause = e.getCause();
       if (cause instanceof RuntimeException) throw (RuntimeException) cause;
       throw new IllegalStateException(cause);
-    } catch (ReflectiveOperationException e) {
-      throw new IllegalStateException("fresh views need tierlake's classes compiled with Iceberg", e);
+    } catch (IllegalAccessException e) {
+      throw new IllegalStateException(e);
     }
   }
 
@@ -220,15 +234,7 @@ public final class IncrementalCatalog implements TableCatalog {
       if (Long.toString(after).equals(stream.properties().get("current-snapshot-id"))) {
         return new EmptyScanBuilder(schema);
       }
-      try {
-        return (ScanBuilder) scan.invoke(null, stream, after, position);
-      } catch (java.lang.reflect.InvocationTargetException e) {
-        Throwable cause = e.getCause();
-        if (cause instanceof RuntimeException) throw (RuntimeException) cause;
-        throw new IllegalStateException(cause);
-      } catch (IllegalAccessException e) {
-        throw new IllegalStateException(e);
-      }
+      return (ScanBuilder) invoke(scan, stream, after, position);
     }
   }
 
@@ -258,30 +264,16 @@ public final class IncrementalCatalog implements TableCatalog {
   }
 
   /**
-   * Whether Iceberg can scan the appends after snapshot {@code after}: some
-   * ancestor of the current snapshot, reached through parents that were not
-   * expired, has it as its parent (Iceberg's SnapshotUtil.isParentAncestorOf).
-   * Reflection: this class compiles without Iceberg (SparkTable.table()).
+   * Whether Iceberg can scan the appends after snapshot {@code after}: the walk the local merge
+   * decides by too (FreshEntries.snapshotsAfter), so both forms of a view agree on it.
    */
   static boolean readsAfter(Table stream, long after) {
     try {
-      Object table = stream.getClass().getMethod("table").invoke(stream);
-      // Methods of Iceberg's public interfaces: the implementations (BaseSnapshot) are not public.
-      ClassLoader loader = table.getClass().getClassLoader();
-      Class<?> tableApi = Class.forName("org.apache.iceberg.Table", false, loader);
-      java.lang.reflect.Method snapshotById = tableApi.getMethod("snapshot", long.class);
-      java.lang.reflect.Method parentId = Class.forName("org.apache.iceberg.Snapshot", false, loader)
-          .getMethod("parentId");
-      Object snapshot = tableApi.getMethod("currentSnapshot").invoke(table);
-      while (snapshot != null) {
-        Long parent = (Long) parentId.invoke(snapshot);
-        if (parent == null) return false;
-        if (parent == after) return true;
-        snapshot = snapshotById.invoke(table, parent);
-      }
-      return false;
-    } catch (ReflectiveOperationException | RuntimeException e) {
-      return true; // not Iceberg's SparkTable as expected: let Iceberg's own scan decide
+      java.lang.reflect.Method reads = Class.forName("io.tierlake.internal.FreshEntries")
+          .getMethod("readsAfter", Object.class, long.class);
+      return (Boolean) invoke(reads, stream, after);
+    } catch (ReflectiveOperationException | RuntimeException | LinkageError e) {
+      return true; // no Iceberg classes, or not Iceberg's SparkTable: let Iceberg's own scan decide
     }
   }
 

@@ -169,7 +169,45 @@ def test_what_is_not_pending_is_planned_as_the_lake_query(hive_cursor, spark, pk
     for query in (f"SELECT * FROM {fresh} WHERE id = 3", f"SELECT count(*) FROM {fresh}"):
         plan = optimized(spark, query)
         assert "LocalRelation" in plan and not any(word in plan for word in ("tierlake_inc", "Join")), plan
+        if pk:  # a BIGINT key: a set of primitive longs (KeySet.java), not Spark's InSet of boxed values
+            assert "pending keys (1)" in plan and "INSET" not in plan.upper(), plan
     assert rows_of(spark, f"(SELECT * FROM {fresh} WHERE id >= 2)") == [(2, 1.0, 1), (3, 3.0, 0)]
+
+
+@pytest.mark.parametrize("key_type, keys, primitive", [
+    ("INT", ["1", "2", "3", "-2147483648"], True),
+    ("SMALLINT", ["CAST(1 AS SMALLINT)", "CAST(2 AS SMALLINT)", "CAST(3 AS SMALLINT)", "CAST(-7 AS SMALLINT)"], True),
+    ("BIGINT", ["1", "2", "3", "-9223372036854775808"], True),
+    ("DATE", ["DATE'2026-01-01'", "DATE'2026-01-02'", "DATE'2026-01-03'", "DATE'1969-12-31'"], True),
+    ("TIMESTAMP", ["TIMESTAMP'2026-01-01 00:00:01'", "TIMESTAMP'2026-01-01 00:00:02'",
+                   "TIMESTAMP'2026-01-01 00:00:03'", "TIMESTAMP'1969-12-31 23:59:59'"], True),
+    ("STRING", ["'a'", "'b'", "'c'", "''"], False),
+    ("DECIMAL(10, 2)", ["1.50", "2.50", "3.50", "-0.01"], False),
+])
+def test_pending_keys_of_every_key_type_replace_the_lake_rows(hive_cursor, spark, key_type, keys, primitive):
+    """The lake rows whose keys have pending changes are left out by a key set the lake scan tests: for
+    integral, date and timestamp keys a set of primitive longs (a date in days, a timestamp in
+    microseconds, the smallest long included), for others Spark's own InSet; both give the rows of
+    the distributed merge."""
+    name = f"keys{next(_counter)}"
+    run(hive_cursor, f"CREATE DATABASE IF NOT EXISTS {DB}")
+    run(hive_cursor, f"CREATE TABLE {DB}.{name} (k {key_type}, v DOUBLE) TBLPROPERTIES ("
+                     "'table.datalake.enabled'='true', 'table.datalake.freshness'='1 h', 'primary-key'='k', "
+                     "'bucket.num'='2')")
+    table, fresh = f"{DB}.{name}", f"{DB}_fresh.{name}"
+    a, b, c, d = keys
+    spark.sql(f"INSERT INTO {table} VALUES ({a}, 1.0, NULL), ({b}, 2.0, NULL), ({c}, 3.0, NULL)")
+    force_round(spark, table)
+    spark.sql(f"INSERT INTO {table} VALUES ({b}, 20.0, '+U'), ({c}, NULL, '-D'), ({d}, 4.0, '+I')")
+    query = f"SELECT k, v FROM {fresh}"
+    plan = optimized(spark, query)
+    assert ("pending keys (3)" in plan) == primitive and ("INSET" in plan.upper()) != primitive, plan
+    local = sorted(tuple(r) for r in spark.sql(query).collect())
+    with local_merge_rows(spark, 0):
+        distributed = sorted(tuple(r) for r in spark.sql(query).collect())
+    expected = sorted(tuple(r) for r in spark.sql(
+        f"SELECT * FROM VALUES ({a}, 1.0), ({b}, 20.0), ({d}, 4.0) AS t(k, v)").collect())
+    assert local == distributed == expected
 
 
 def test_no_row_twice_or_missed_while_rounds_commit(hive_cursor, spark):
@@ -471,8 +509,8 @@ def test_readers_query_the_view_not_the_incremental_catalog(spark):
     """The gateway authorises a query of a fresh view by the view's name (a
     reader's); naming the incremental read ``tierlake_inc.…`` is admin-only."""
     from tierlake.procedures import load_builtins
-    from tierlake.server.gateway import planauth
-    from tierlake.server.gateway.authz import Authorizer, SparkSessions
+    from tierlake.server.gateway.auth import planauth
+    from tierlake.server.gateway.auth.authz import Authorizer, SparkSessions
     from tierlake.server.sqlapi import roles as R
 
     authorizer = Authorizer(None, load_builtins()).attach(SparkSessions(spark))
