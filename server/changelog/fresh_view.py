@@ -522,7 +522,7 @@ def refresh(table: TableHandle) -> int | None:
 
     The handle's tables are refreshed here: the view property as it is now (a
     view dropped meanwhile is not brought back), the lake's newest commit."""
-    activate(table.spark)  # the re-pin thread runs with the round's session
+    activate(table.spark)  # resolved through this thread's active session (the re-pin thread has none)
     with _pin_lock(table.stream):
         view = _view_named(table.current_properties())
         if view is None:
@@ -577,7 +577,9 @@ class Repinner:
                 table = self.pending.pop(key)
                 self.running = key
             try:
-                refresh(table)
+                # The round's tables in this thread's session: the round thread's own session goes on to
+                # its next round (settings such as the bucketed MERGE's would be captured by the view).
+                refresh(table.in_session(self.spark))
             except Exception:  # the old pin stays, exact; the next round tries again
                 log.warning("could not refresh the fresh view of %s", table.stream, exc_info=True)
             finally:

@@ -32,7 +32,8 @@ object itself is seen by its next read (Iceberg refreshes after its own
 commit).
 
 A handle belongs to one thread at a time: the round's, then (once the round
-reported) the fresh view's re-pin thread, which re-pins from it.
+reported) the fresh view's re-pin thread, which re-pins from its tables in
+the process's own session (:meth:`in_session`).
 """
 
 from __future__ import annotations
@@ -80,6 +81,16 @@ class TableHandle:
         properties = string_map(stream_table.properties())
         return cls(spark, stream, lake_of(config, stream, properties), table_id=table_id, epoch=epoch,
                    job_id=job_id, config=config, path=path, stream_table=stream_table, properties=properties)
+
+    def in_session(self, spark: Any) -> TableHandle:
+        """The same table and loaded Iceberg tables, for statements run in ``spark`` (the fresh view's
+        re-pin thread uses the process's session, not the round thread's, which goes on to its next round)."""
+        other = TableHandle(spark, self.stream, self.lake, table_id=self.table_id, epoch=self.epoch,
+                            job_id=self.job_id, config=self.config, spec=self._spec, path=self.path,
+                            stream_table=self._stream_table, lake_table=self._lake_table,
+                            properties=self._properties, overrides=self.overrides)
+        other._locking_stream = self._locking_stream
+        return other
 
     def __repr__(self) -> str:
         return f"TableHandle({self.stream} -> {self.lake}, table {self.table_id}, epoch {self.epoch})"
