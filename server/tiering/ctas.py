@@ -169,7 +169,10 @@ def _delete_location(spark: Any, location: str) -> None:
 
 
 def _database_empty(spark: Any, database: str) -> bool:
-    return spark.catalog.databaseExists(database) and not spark.catalog.listTables(database)
+    # listTables also lists the session's temporary views (the server's KV maintenance makes some in the
+    # same session while it writes a snapshot): they are in no database.
+    return spark.catalog.databaseExists(database) and not any(
+        not t.isTemporary for t in spark.catalog.listTables(database))
 
 
 def _rename(spark: Any, source: TablePath, target: TablePath) -> bool:
