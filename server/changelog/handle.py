@@ -125,9 +125,6 @@ class TableHandle:
             self._properties = string_map(self.stream_table.properties())
         return self._properties
 
-    # The name the planner and the lake-write path have always used for them.
-    stream_properties = properties
-
     @property
     def spec(self) -> TieredSpec:
         if self._spec is None:
@@ -158,7 +155,7 @@ class TableHandle:
         """Both tables refreshed and the stream's properties read again: a plan made again (a KV
         snapshot lease lost to retention, which may have moved the log start too)."""
         self.fresh_lake()
-        self._properties = string_map(self.fresh_stream().properties())
+        self._properties = self.current_properties()
         self._spec = None
 
     def current_properties(self) -> dict[str, str]:
