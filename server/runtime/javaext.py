@@ -26,8 +26,11 @@ jar in jars.py. They go on the driver's class path:
   on (compare-and-set), so Iceberg needs no metastore locks
   (runtime/session.py);
 - ``io.tierlake.internal.CachingObjectStore`` is the embedded metastore's
-  ``RawStore``: ``getTable`` from memory while the table's row is unchanged
-  (runtime/session.py);
+  ``RawStore``: ``getTable`` and ``getDatabase`` from memory while the row is
+  unchanged (runtime/session.py);
+- ``io.tierlake.internal.SessionViews`` is ``spark_catalog``: Iceberg's
+  SparkSessionCatalog, whose ``CREATE OR REPLACE VIEW`` also replaces the
+  view's text in the metastore, which Spark resolves the view by;
 - ``org.apache.hadoop.hive.metastore.txn.TierlakeTxnHandler`` is the embedded
   metastore's lock store: a lock request of another application pauses the
   server's stream committers of that table until its commit lands;
@@ -68,10 +71,12 @@ SMALL_TABLES = "io.tierlake.internal.SmallTables"
 LAKE_FILES = "io.tierlake.internal.LakeFiles"
 STREAM_INGEST = "io.tierlake.internal.StreamIngest"
 # Compiled against the Iceberg runtime jar (left out when it is missing).
-ICEBERG_SOURCES = {"SmallTables.java", "LakeFiles.java", "StreamIngest.java", "FreshEntries.java", "FreshMerge.java"}
+ICEBERG_SOURCES = {"SmallTables.java", "LakeFiles.java", "StreamIngest.java", "FreshEntries.java", "FreshMerge.java",
+                   "SessionViews.java"}
 LOCAL_FILE_SYSTEM = "io.tierlake.internal.LocalFileSystem"
 INCREMENTAL_CATALOG = "io.tierlake.internal.IncrementalCatalog"
 FRESH_MERGE = "io.tierlake.internal.FreshMerge"
+SESSION_VIEWS = "io.tierlake.internal.SessionViews"
 FRESH_LOCAL_ROWS_CONF = "spark.tierlake.fresh.local-merge-rows"  # FreshMerge.LOCAL_ROWS_CONF
 CAS_ALTER_HANDLER = "io.tierlake.internal.CasAlterHandler"
 CACHING_OBJECT_STORE = "io.tierlake.internal.CachingObjectStore"

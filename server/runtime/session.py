@@ -34,6 +34,7 @@ from tierlake.server.runtime.javaext import (
     INCREMENTAL_CATALOG_NAME,
     LOCAL_FILE_SYSTEM,
     SECRET_AUTHENTICATOR,
+    SESSION_VIEWS,
     TXN_HANDLER,
     internal_jar,
 )
@@ -243,7 +244,9 @@ def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
         "spark.sql.extensions":
             f"org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions,{AUTHZ_CHECK},{FRESH_MERGE}",
         FRESH_LOCAL_ROWS_CONF: str(config.int("tierlake.fresh.local-merge-rows")),
-        "spark.sql.catalog.spark_catalog": "org.apache.iceberg.spark.SparkSessionCatalog",
+        # Iceberg's SparkSessionCatalog, whose view replace also replaces the metastore's view text
+        # (SessionViews.java: Spark resolves a session-catalog view by that text).
+        "spark.sql.catalog.spark_catalog": SESSION_VIEWS,
         "spark.sql.catalog.spark_catalog.type": "hive",
         # Every JDBC session of the Thrift Server has its own catalog
         # instance; with Iceberg's table cache on, a commit made in one
