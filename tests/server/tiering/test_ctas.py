@@ -280,8 +280,10 @@ def test_a_query_failing_mid_way_leaves_nothing(server, spark, db, udfs):
 def test_a_client_cancel_during_a_long_ctas_leaves_nothing(server, spark, db, udfs):
     before = catalog_state(spark, db)
     cur = connect(server)
+    # One task (one partition): the other core stays free for this test's own reads of the CTAS's
+    # progress. With a task per core they waited for the whole query, and the cancel came too late.
     cur.execute(f"CREATE TABLE {db}.slow TBLPROPERTIES ('table.datalake.enabled'='true') "
-                "AS SELECT slow_id(id) AS id FROM range(6000)", async_=True)
+                "AS SELECT slow_id(id) AS id FROM range(0, 6000, 1, 1)", async_=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # cancel once it has staged its tables and runs the query
         rows = log_rows(spark, db, "slow")

@@ -161,17 +161,77 @@ def test_what_is_not_pending_is_planned_as_the_lake_query(hive_cursor, spark, pk
         plan = optimized(spark, query)
         assert not any(word in plan for word in ("Join", "Window", "Union", "tierlake_inc", "LocalRelation")), plan
         assert f"{lake.database}.{lake.table}" in plan
+        # Already so once the view is resolved (FreshMerge.NothingPending): the optimizer's rules
+        # run over the lake query alone.
+        assert "tierlake_inc" not in analyzed(spark, query)
     commit_batches(spark, table, pk, [[(3, 3.0, "+I")]], commits, logged)
+    assert "tierlake_inc" in analyzed(spark, f"SELECT * FROM {fresh}")
     plan = optimized(spark, f"SELECT * FROM {fresh} WHERE id = 2")
     assert not any(word in plan for word in ("Join", "Window", "Union", "tierlake_inc", "LocalRelation")), plan
-    # A pending key, or every row: no stream read and no join (the pending keys are a set the
-    # lake's scan tests: FreshMerge.SmallAntiJoin), one Spark job.
-    for query in (f"SELECT * FROM {fresh} WHERE id = 3", f"SELECT count(*) FROM {fresh}"):
-        plan = optimized(spark, query)
-        assert "LocalRelation" in plan and not any(word in plan for word in ("tierlake_inc", "Join")), plan
-        if pk:  # a BIGINT key: a set of primitive longs (KeySet.java), not Spark's InSet of boxed values
+    # A pending key: no stream read and no join (the pending keys are a set the lake's scan tests:
+    # FreshMerge.SmallAntiJoin), one Spark job.
+    plan = optimized(spark, f"SELECT * FROM {fresh} WHERE id = 3")
+    assert "LocalRelation" in plan and not any(word in plan for word in ("tierlake_inc", "Join")), plan
+    # Every row, counted: the lake part alone plus the pending row's share (FreshMerge.LocalAggregates).
+    plan = optimized(spark, f"SELECT count(*) FROM {fresh}")
+    assert "+ 1)" in plan and not any(word in plan for word in ("tierlake_inc", "Join", "Union", "LocalRelation")), plan
+    if pk:  # a BIGINT key: a set of primitive longs (KeySet.java), not Spark's InSet of boxed values
+        for query in (f"SELECT * FROM {fresh} WHERE id = 3", f"SELECT count(*) FROM {fresh}"):
+            plan = optimized(spark, query)
             assert "pending keys (1)" in plan and "INSET" not in plan.upper(), plan
     assert rows_of(spark, f"(SELECT * FROM {fresh} WHERE id >= 2)") == [(2, 1.0, 1), (3, 3.0, 0)]
+
+
+def analyzed(spark, query: str) -> str:
+    return spark.sql(query)._jdf.queryExecution().analyzed().toString()
+
+
+# {t}: the fresh view, or the same rows as a plain view (the expected answer).
+AGGREGATES = [
+    ("SELECT count(*) FROM {t}", True),
+    ("SELECT count(*), count(v), sum(id), sum(v), min(v), max(v), min(id), max(seq), "
+     "min(CAST(id AS STRING)), max(CAST(v AS STRING)) FROM {t}", True),
+    ("SELECT count(*) + 1, sum(v) * 2, max(id) - min(id) FROM {t}", True),
+    ("SELECT count(*), sum(v), min(v), max(id) FROM {t} WHERE id >= 100", True),  # pending rows only
+    ("SELECT count(*), sum(v), max(id) FROM {t} WHERE id > 100000", True),  # no row at all
+    ("SELECT count(*), count(v), sum(v) FROM {t} WHERE v IS NULL OR v > 2", True),
+    ("SELECT avg(v), count(DISTINCT v) FROM {t}", False),  # not split: left to Spark's union
+    ("SELECT id % 2 AS g, count(*), sum(v) FROM {t} GROUP BY id % 2 ORDER BY g", False),
+]
+
+
+@pytest.mark.parametrize("pk", [False, True], ids=["log", "pk"])
+def test_aggregates_over_the_view_count_the_pending_rows_once(hive_cursor, spark, pk):
+    """An aggregate without GROUP BY over a view whose pending changes were merged in the driver
+    is computed over the lake part alone, the pending rows' share added as a constant
+    (FreshMerge.LocalAggregates): the same answer as the aggregate over the view's rows, and as its
+    distributed form (a local-merge limit of 0); with no Union left in the plan where it splits."""
+    name = f"agg{next(_counter)}_{'pk' if pk else 'log'}"
+    table = create(hive_cursor, name, pk)
+    stream, lake, fresh = paths(table)
+    commits: list[list[Change]] = []
+    logged: list[tuple] = []
+    commit_batches(spark, table, pk, [[(1, 1.5, "+I"), (2, 2.5, "+I"), (3, 3.5, "+I"), (4, 4.5, "+I")]],
+                   commits, logged)
+    force_round(spark, table)
+    commit_batches(spark, table, pk, [
+        [(1, 10.5, "+U"), (2, 0.5, "-D"), (100, 7.5, "+I"), (3, 3.5, "-U")],
+        [(101, 0.25, "+I"), (1, 11.5, "+U")],
+    ], commits, logged)
+    if pk:
+        spark.sql(f"INSERT INTO {table} (id, v, seq, _change_type) VALUES (102, NULL, 9, '+I')")
+    else:
+        spark.sql(f"INSERT INTO {table} VALUES (102, NULL, 9)")
+    rows = rows_of(spark, fresh)
+    spark.createDataFrame(rows, "id BIGINT, v DOUBLE, seq BIGINT").createOrReplaceTempView(f"model_{name}")
+    for query, splits in AGGREGATES:
+        expected = [tuple(r) for r in spark.sql(query.format(t=f"model_{name}")).collect()]
+        local = [tuple(r) for r in spark.sql(query.format(t=fresh)).collect()]
+        with local_merge_rows(spark, 0):
+            distributed = [tuple(r) for r in spark.sql(query.format(t=fresh)).collect()]
+        assert local == distributed == expected, query
+        plan = optimized(spark, query.format(t=fresh))
+        assert ("Union" not in plan) == splits, (query, plan)
 
 
 @pytest.mark.parametrize("key_type, keys, primitive", [
