@@ -298,7 +298,9 @@ public final class FreshMerge extends AbstractFunction1<SparkSessionExtensions, 
         }
       }
       // The union's attributes are its first child's: that child stays, under the new aggregate.
-      if (locals.isEmpty() || others.isEmpty() || children.get(0) instanceof LocalRelation || localRows > MAX_ROWS) {
+      // A streaming aggregate keeps its state per plan shape: left as it is.
+      if (locals.isEmpty() || others.isEmpty() || children.get(0) instanceof LocalRelation || localRows > MAX_ROWS
+          || aggregate.isStreaming()) {
         return null;
       }
       List<Attribute> unionOutput = JavaConverters.seqAsJavaList(union.output());

@@ -200,6 +200,19 @@ AGGREGATES = [
 ]
 
 
+def test_an_aggregate_over_any_union_with_literal_rows_is_exact(spark):
+    """LocalAggregates is an optimizer rule of the whole server: any such query, not only a fresh
+    view's, gives the union's answer (here against values worked out by hand)."""
+    union = "(SELECT id FROM range(10) UNION ALL SELECT * FROM VALUES (100L), (NULL) AS t(id))"
+    query = f"SELECT count(*), count(id), sum(id), min(id), max(id), sum(id * 0.5D) FROM {union}"
+    assert [tuple(r) for r in spark.sql(query).collect()] == [(12, 11, 145, 0, 100, 72.5)]
+    assert "Union" not in optimized(spark, query)
+    assert [tuple(r) for r in spark.sql(f"SELECT count(*), sum(id), min(id) FROM {union} WHERE id > 50").collect()] \
+        == [(1, 100, 100)]
+    assert [tuple(r) for r in spark.sql(f"SELECT count(*), sum(id) FROM {union} WHERE id > 500").collect()] \
+        == [(0, None)]
+
+
 @pytest.mark.parametrize("pk", [False, True], ids=["log", "pk"])
 def test_aggregates_over_the_view_count_the_pending_rows_once(hive_cursor, spark, pk):
     """An aggregate without GROUP BY over a view whose pending changes were merged in the driver
