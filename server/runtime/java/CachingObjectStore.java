@@ -48,26 +48,20 @@ public class CachingObjectStore extends ObjectStore {
     static final ThreadLocal<Boolean> BYPASS = ThreadLocal.withInitial(() -> Boolean.FALSE);
     private final ThreadLocal<Set<String>> touched = ThreadLocal.withInitial(HashSet::new);
 
+    /** A table's or a database's row as read under {@code version} (kept and handed out as copies). */
     private static final class Entry {
         final long version;
-        final Table table;
+        final Object row;
 
-        Entry(long version, Table table) {
+        Entry(long version, Object row) {
             this.version = version;
-            this.table = table;
+            this.row = row;
         }
     }
 
-    private static final ConcurrentHashMap<String, DatabaseEntry> DATABASES = new ConcurrentHashMap<>();
-
-    private static final class DatabaseEntry {
-        final long version;
-        final Database database;
-
-        DatabaseEntry(long version, Database database) {
-            this.version = version;
-            this.database = database;
-        }
+    /** A metastore read that may throw what the overridden method declares. */
+    private interface Read<T, E extends Exception> {
+        T run() throws E;
     }
 
     static String key(String db, String table) {
@@ -91,10 +85,33 @@ public class CachingObjectStore extends ObjectStore {
     }
 
     private void databaseChanged(String db) {
-        String k = databaseKey(db);
-        version(k).incrementAndGet();
-        DATABASES.remove(k);
-        touched.get().add(k);
+        changed(db, null);
+    }
+
+    /**
+     * {@code read}'s row from memory while the row's version is the one it was read under; else
+     * read (in a transaction, or where CasAlterHandler compares, always from the database).
+     */
+    private <T, E extends Exception> T cached(String k, Read<T, E> read, java.util.function.UnaryOperator<T> copy)
+            throws E {
+        if (isActiveTransaction() || BYPASS.get()) {
+            return read.run();
+        }
+        AtomicLong v = version(k);
+        long before = v.get();
+        Entry e = CACHE.get(k);
+        if (e != null && e.version == before) {
+            HITS.incrementAndGet();
+            @SuppressWarnings("unchecked")
+            T row = (T) e.row;
+            return copy.apply(row);
+        }
+        MISSES.incrementAndGet();
+        T row = read.run(); // a missing database throws: nothing is kept
+        if (row != null && v.get() == before) {
+            CACHE.put(k, new Entry(before, copy.apply(row)));
+        }
+        return row;
     }
 
     private void ended() {
@@ -105,7 +122,6 @@ public class CachingObjectStore extends ObjectStore {
         for (String k : keys) {
             version(k).incrementAndGet();
             CACHE.remove(k);
-            DATABASES.remove(k);
         }
         keys.clear();
     }
@@ -117,44 +133,12 @@ public class CachingObjectStore extends ObjectStore {
 
     @Override
     public Table getTable(String dbName, String tableName) throws MetaException {
-        if (isActiveTransaction() || BYPASS.get()) {
-            return super.getTable(dbName, tableName);
-        }
-        String k = key(dbName, tableName);
-        AtomicLong v = version(k);
-        long before = v.get();
-        Entry e = CACHE.get(k);
-        if (e != null && e.version == before) {
-            HITS.incrementAndGet();
-            return new Table(e.table);
-        }
-        MISSES.incrementAndGet();
-        Table t = super.getTable(dbName, tableName);
-        if (t != null && v.get() == before) {
-            CACHE.put(k, new Entry(before, new Table(t)));
-        }
-        return t;
+        return cached(key(dbName, tableName), () -> super.getTable(dbName, tableName), Table::new);
     }
 
     @Override
     public Database getDatabase(String name) throws NoSuchObjectException {
-        if (isActiveTransaction() || BYPASS.get()) {
-            return super.getDatabase(name);
-        }
-        String k = databaseKey(name);
-        AtomicLong v = version(k);
-        long before = v.get();
-        DatabaseEntry e = DATABASES.get(k);
-        if (e != null && e.version == before) {
-            HITS.incrementAndGet();
-            return new Database(e.database);
-        }
-        MISSES.incrementAndGet();
-        Database d = super.getDatabase(name); // a missing database throws: nothing is kept
-        if (d != null && v.get() == before) {
-            DATABASES.put(k, new DatabaseEntry(before, new Database(d)));
-        }
-        return d;
+        return cached(databaseKey(name), () -> super.getDatabase(name), Database::new);
     }
 
     @Override

@@ -174,7 +174,7 @@ public final class FreshMerge extends AbstractFunction1<SparkSessionExtensions, 
       plan.foreach(new AbstractFunction1<LogicalPlan, BoxedUnit>() {
         @Override
         public BoxedUnit apply(LogicalPlan node) {
-          if (node instanceof DataSourceV2Relation && ((DataSourceV2Relation) node).table() instanceof Pending) {
+          if (pending(node) != null) {
             found[0] = true;
           }
           return BoxedUnit.UNIT;
@@ -193,11 +193,9 @@ public final class FreshMerge extends AbstractFunction1<SparkSessionExtensions, 
                 public boolean isDefinedAt(LogicalPlan node) {
                   LogicalPlan relation = node instanceof org.apache.spark.sql.catalyst.plans.logical.SubqueryAlias
                       ? ((org.apache.spark.sql.catalyst.plans.logical.SubqueryAlias) node).child() : node;
-                  if (!(relation instanceof DataSourceV2Relation)
-                      || !(((DataSourceV2Relation) relation).table() instanceof Pending)) {
-                    return false;
-                  }
-                  Outcome outcome = ((Pending) ((DataSourceV2Relation) relation).table()).outcome(limit);
+                  Pending pending = pending(relation);
+                  if (pending == null) return false;
+                  Outcome outcome = pending.outcome(limit);
                   return outcome.local && outcome.rows.isEmpty();
                 }
 
@@ -249,7 +247,7 @@ public final class FreshMerge extends AbstractFunction1<SparkSessionExtensions, 
 
     @Override
     public LogicalPlan apply(LogicalPlan plan) {
-      if (org.apache.spark.sql.internal.SQLConf.get().ansiEnabled()) return plan;
+      if (!plan.containsPattern(UNION) || org.apache.spark.sql.internal.SQLConf.get().ansiEnabled()) return plan;
       return plan.transformUp(new AbstractPartialFunction<LogicalPlan, LogicalPlan>() {
         @Override
         public boolean isDefinedAt(LogicalPlan node) {
@@ -277,29 +275,18 @@ public final class FreshMerge extends AbstractFunction1<SparkSessionExtensions, 
       List<LocalRelation> locals = new ArrayList<>();
       List<LogicalPlan> others = new ArrayList<>();
       long localRows = 0;
-      List<LogicalPlan> folded = new ArrayList<>();
       for (LogicalPlan child : children) {
-        // The local rows under the projections and filters the optimizer pushed into the union
-        // (Spark folds them into the rows only in a later batch).
-        for (int i = 0; i < 8 && !(child instanceof LocalRelation); i++) {
-          LogicalPlan next = ConvertToLocalRelation$.MODULE$.apply(child);
-          if (next == child) break;
-          child = next;
-        }
-        folded.add(child);
-      }
-      children = folded;
-      for (LogicalPlan child : children) {
-        if (child instanceof LocalRelation && !((LocalRelation) child).isStreaming()) {
-          locals.add((LocalRelation) child);
-          localRows += ((LocalRelation) child).data().size();
+        LocalRelation local = asLocal(child);
+        if (local != null && !local.isStreaming()) {
+          locals.add(local);
+          localRows += local.data().size();
         } else {
           others.add(child);
         }
       }
       // The union's attributes are its first child's: that child stays, under the new aggregate.
       // A streaming aggregate keeps its state per plan shape: left as it is.
-      if (locals.isEmpty() || others.isEmpty() || children.get(0) instanceof LocalRelation || localRows > MAX_ROWS
+      if (locals.isEmpty() || others.isEmpty() || others.get(0) != children.get(0) || localRows > MAX_ROWS
           || aggregate.isStreaming()) {
         return null;
       }
@@ -455,6 +442,32 @@ public final class FreshMerge extends AbstractFunction1<SparkSessionExtensions, 
       return unknown[0] || !bound.deterministic() ? null : bound;
     }
   }
+
+  /** The pending-changes table {@code node} reads, or null (not such a relation). */
+  static Pending pending(LogicalPlan node) {
+    return node instanceof DataSourceV2Relation && ((DataSourceV2Relation) node).table() instanceof Pending
+        ? (Pending) ((DataSourceV2Relation) node).table() : null;
+  }
+
+  /**
+   * {@code plan} as a local relation where it is only projections and filters of one (the
+   * optimizer pushes them into a union's or a join's local side; Spark folds them into the rows
+   * only in a later batch), else null.
+   */
+  static LocalRelation asLocal(LogicalPlan plan) {
+    for (int i = 0; i < 8 && !(plan instanceof LocalRelation); i++) {
+      LogicalPlan folded = ConvertToLocalRelation$.MODULE$.apply(plan);
+      if (folded == plan) return null;
+      plan = folded;
+    }
+    return plan instanceof LocalRelation ? (LocalRelation) plan : null;
+  }
+
+  // The rules below run for every query the server plans: a plan without their shape is returned
+  // at once, from the tree's pattern bits, instead of walked.
+  private static final scala.Enumeration.Value UNION = org.apache.spark.sql.catalyst.trees.TreePattern$.MODULE$.UNION();
+  private static final scala.Enumeration.Value ANTI_JOIN =
+      org.apache.spark.sql.catalyst.trees.TreePattern$.MODULE$.LEFT_SEMI_OR_ANTI_JOIN();
 
   /** The table IncrementalCatalog returns for a {@code winners_…}/{@code pending_…} name. */
   public static Table table(Object sparkTable, Object catalog, String[] namespace, String name, long after,
@@ -701,6 +714,7 @@ public final class FreshMerge extends AbstractFunction1<SparkSessionExtensions, 
 
     @Override
     public LogicalPlan apply(LogicalPlan plan) {
+      if (!plan.containsPattern(ANTI_JOIN)) return plan;
       return plan.transformUp(new AbstractPartialFunction<LogicalPlan, LogicalPlan>() {
         @Override
         public boolean isDefinedAt(LogicalPlan node) {
@@ -719,14 +733,8 @@ public final class FreshMerge extends AbstractFunction1<SparkSessionExtensions, 
     }
 
     private static LogicalPlan rewrite(Join join) {
-      LogicalPlan right = join.right();
-      for (int i = 0; i < 8 && !(right instanceof LocalRelation); i++) {
-        LogicalPlan folded = ConvertToLocalRelation$.MODULE$.apply(right);
-        if (folded == right) return null; // not only projections and filters of a local relation
-        right = folded;
-      }
-      if (!(right instanceof LocalRelation)) return null;
-      LocalRelation local = (LocalRelation) right;
+      LocalRelation local = asLocal(join.right());
+      if (local == null) return null; // not only projections and filters of a local relation
       int size = local.data().size();
       if (size == 0 || size > MAX_ROWS || local.isStreaming()) return null; // empty: Spark drops the join
       EqualTo equal = (EqualTo) join.condition().get();
@@ -816,10 +824,8 @@ public final class FreshMerge extends AbstractFunction1<SparkSessionExtensions, 
       plan.foreach(new AbstractFunction1<LogicalPlan, BoxedUnit>() {
         @Override
         public BoxedUnit apply(LogicalPlan node) {
-          if (node instanceof DataSourceV2Relation && ((DataSourceV2Relation) node).table() instanceof Pending) {
-            Pending pending = (Pending) ((DataSourceV2Relation) node).table();
-            views.putIfAbsent(pending.key, pending);
-          }
+          Pending pending = pending(node);
+          if (pending != null) views.putIfAbsent(pending.key, pending);
           return BoxedUnit.UNIT;
         }
       });
@@ -832,7 +838,7 @@ public final class FreshMerge extends AbstractFunction1<SparkSessionExtensions, 
       return plan.transformUp(new AbstractPartialFunction<LogicalPlan, LogicalPlan>() {
         @Override
         public boolean isDefinedAt(LogicalPlan node) {
-          return node instanceof DataSourceV2Relation && ((DataSourceV2Relation) node).table() instanceof Pending;
+          return pending(node) != null;
         }
 
         @Override
