@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tierlake.server.catalog.table_path import parse_table_path
 from tierlake.server.kv import snapshot_catalog as kv
-from tierlake.server.kv.leases import DEFAULT_DURATION, RESULT_COLUMNS, Leases
+from tierlake.server.kv.leases import DEFAULT_DURATION, NOT_FOUND, RESULT_COLUMNS, Leases
 from tierlake.server.runtime.durations import parse_duration
 from tierlake.server.sqlapi import registry
 from tierlake.server.sqlapi.context import Context
@@ -53,7 +53,15 @@ def release_lease(ctx: Context, lease_id: str, table: str, buckets: list[int] | 
 def drop_lease(ctx: Context, lease_id: str):
     """Drop a lease with all its entries, on every table.
 
+    A lease with no entries (unknown, already dropped or expired) answers one
+    row with status not found, saying so: nothing was dropped.
+
     Args:
       lease_id: the lease
     """
-    return Leases(ctx.spark).release(lease_id, None)
+    released = Leases(ctx.spark).release(lease_id, None)
+    if released:
+        return released
+    return [(None, None, None, NOT_FOUND, None,
+             f"no lease {lease_id!r} holds any KV snapshot: nothing was dropped (sys.kv_snapshot_leases lists "
+             "the leases)")]

@@ -58,6 +58,14 @@ class NoSuchTableError(TierlakeError):
     error_code = 2004
 
 
+class NoSuchColumnError(TierlakeError):
+    """A statement names a column that its tables do not have (Spark's
+    ``UNRESOLVED_COLUMN``, relayed as one line: server/gateway/transport/errors.py)."""
+
+    sqlstate = "42703"
+    error_code = 2015
+
+
 class InvalidIdentifierError(InvalidArgumentError):
     """An identifier that is not a valid (db.)table name."""
 

@@ -34,6 +34,8 @@ log = logging.getLogger("tierlake.leases")
 LEASE_TABLE = "sys.kv_snapshot_lease_state"
 TAG_PREFIX = "tierlake_lease_"
 DEFAULT_DURATION = "6 h"
+# sys.drop_lease's one row for a lease that holds nothing.
+NOT_FOUND = "not found"
 RESULT_COLUMNS = [("table_path", "string"), ("bucket", "int"), ("snapshot_id", "bigint"),
                   ("status", "string"), ("expires_at", "timestamp"), ("detail", "string")]
 

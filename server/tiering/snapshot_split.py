@@ -150,7 +150,7 @@ class JobLeases:
     def drop_stale(self) -> None:
         """At start: what a previous incarnation of this job still held (it crashed mid-round)."""
         try:
-            rows = self._call("drop_lease", lease_id=self.lease_id)
+            rows = [r for r in self._call("drop_lease", lease_id=self.lease_id) or () if r[3] == "released"]
             if rows:
                 log.info("dropped %d KV snapshot lease entries left by a previous run of job %s",
                          len(rows), self.lease_id)

@@ -43,7 +43,7 @@ from tierlake.server.gateway.auth.requestcheck import (
     named_handle,
 )
 from tierlake.server.gateway.results import build_row_set, empty_log_row_set, parse_columns, table_schema
-from tierlake.server.gateway.transport import rawmethods
+from tierlake.server.gateway.transport import errors, rawmethods
 from tierlake.server.gateway.transport.protocol import (
     DEFAULT_MAX_MESSAGE,
     DEFAULT_MAX_REQUEST,
@@ -97,6 +97,8 @@ MAKES_OPERATION = frozenset(
 LISTEN_BACKLOG = 1024
 # At most one warning this often about evicted handshakes: a flood must not flood the log too.
 EVICTION_LOG_INTERVAL_S = 10.0
+# Replies that carry a statement's error (reworded by _readable_error).
+_READABLE_ERRORS = frozenset({"ExecuteStatement", "GetOperationStatus"})
 _TERMINAL = frozenset({ttypes.TOperationState.FINISHED_STATE, ttypes.TOperationState.ERROR_STATE,
                        ttypes.TOperationState.CANCELED_STATE, ttypes.TOperationState.CLOSED_STATE,
                        ttypes.TOperationState.TIMEDOUT_STATE})
@@ -444,7 +446,30 @@ class _Connection:
                     "at a time, or select smaller values (a single value this large cannot be sent)")
                 return self._error_reply(msg, error.message, error.sqlstate, error.error_code)
             self._track_relayed(msg, reply_msg)
+            if msg.name in _READABLE_ERRORS and b"[" in reply_msg.data and reply_msg.mtype == TMessageType.REPLY:
+                return self._readable_error(msg, reply_msg)
         return reply_msg.data if reply_msg is not None else None
+
+    def _readable_error(self, msg: RawMessage, reply: RawMessage) -> bytes:
+        """The backend's reply, with Spark's analysis or parse error as one short line with its
+        SQLSTATE and tierlake's error code (transport/errors.py); any other reply as it came."""
+        try:
+            result = decode_body(reply, getattr(TCLIService, f"{msg.name}_result"))
+            response = result.success
+            carrier = response.status if msg.name == "ExecuteStatement" else response
+            if carrier is None or not carrier.errorMessage:
+                return reply.data
+            readable = errors.readable(carrier.errorMessage, carrier.sqlState, carrier.errorCode)
+            if readable is None:
+                return reply.data
+            log.debug("relayed error for %s, as Spark sent it: %s", self.address, carrier.errorMessage)
+            carrier.errorMessage, carrier.sqlState, carrier.errorCode = readable
+            if msg.name == "ExecuteStatement":
+                carrier.infoMessages = None  # Spark's stack, line by line
+            return encode_reply(msg.name, msg.seqid, result)
+        except Exception:  # never lose the reply over its wording
+            log.debug("cannot reword the reply to %s of %s", msg.name, self.address, exc_info=True)
+            return reply.data
 
     def _track_relayed(self, msg: RawMessage, reply: RawMessage) -> None:
         """Remember the backend's statements until the client saw them end (a stopping gateway waits),
@@ -623,7 +648,10 @@ class _Connection:
                 authorizer.check(session.user, statement, session)
             except TierlakeError as exc:
                 metrics.statement("unrouted", "denied")
-                return self._error_reply(msg, exc.message, exc.sqlstate, exc.error_code)
+                # Spark's parse error (with a password file the gateway parses first): one line, as relayed.
+                message, state, code = (errors.readable(exc.message, exc.sqlstate, exc.error_code)
+                                        or (exc.message, exc.sqlstate, exc.error_code))
+                return self._error_reply(msg, message, state, code)
             except Exception as exc:
                 log.exception("authorizer failed for %r", statement[:200])
                 return self._error_reply(msg, f"permission denied: the statement could not be checked "
@@ -684,7 +712,8 @@ class _Connection:
             log.debug("local statement from %s returned %d rows", self.address, len(op.result.rows))
         except TierlakeError as exc:
             log.info("local statement failed (%s): %s", exc.sqlstate, exc.message)
-            op.failure = error_status(exc.message, exc.sqlstate, exc.error_code)
+            op.failure = error_status(errors.readable_call_error(statement, exc.message), exc.sqlstate,
+                                      exc.error_code)
         except Exception as exc:
             log.exception("local statement %r failed", statement[:200])
             op.failure = error_status(f"Internal error: {_describe(exc)}")
