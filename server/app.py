@@ -46,6 +46,7 @@ from tierlake.server.tiering.worker import start_workers
 from tierlake.udfs import load_builtins as load_udfs
 
 log = logging.getLogger("tierlake.server")
+HTTP_PORT_REMEDY = "start the status page on another port with --conf tierlake.http.port=N"
 # How long a stop waits for statements already running to end and be answered.
 GATEWAY_DRAIN_S = 30.0
 
@@ -108,8 +109,9 @@ def load_extensions(config: Config) -> list[str]:
     return names
 
 
-def check_port_free(host: str, port: int) -> None:
-    """Raise :class:`PortInUseError` if the gateway could not listen on ``host:port`` (0: any port)."""
+def check_port_free(host: str, port: int | None, remedy: str | None = None) -> None:
+    """Raise :class:`PortInUseError` if nothing could listen on ``host:port`` (0 or None: any port);
+    ``remedy`` says how to choose another (default: the gateway's ``--port``)."""
     if not port:
         return
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -117,10 +119,10 @@ def check_port_free(host: str, port: int) -> None:
         socket.create_server((host, port), family=family).close()
     except OSError as e:
         if e.errno != errno.EADDRINUSE:
-            return  # the gateway's own bind reports anything else
+            return  # the listener's own bind reports anything else
         raise PortInUseError(
-            f"port {port} on {host} is in use (another tierlake server?); stop it, or start this one on "
-            "another port with --port N (tierlake.gateway.port)") from None
+            f"port {port} on {host} is in use (another tierlake server?); stop it, or "
+            + (remedy or "start this one on another port with --port N (tierlake.gateway.port)")) from None
 
 
 class Server:
@@ -171,6 +173,8 @@ class Server:
                                                on_session_opened=self._session_opened,
                                                backend_secret=self.internal_secret)
             check_port_free(self.gateway.host, self.gateway.port)  # and a taken port, before a minute of start
+            check_port_free(self.config.text("tierlake.gateway.host"), self.config.int("tierlake.http.port"),
+                            HTTP_PORT_REMEDY)  # the status page's too
             self.spark = build_spark(self.config, self.thrift_port)
             log.info("SQL functions: %s", ", ".join(sql_functions.functions.register_into(self.spark)) or "none")
             applied = migrations.migrate(self.spark)
@@ -224,8 +228,7 @@ class Server:
         except OSError as e:
             if e.errno != errno.EADDRINUSE:
                 raise
-            raise PortInUseError(f"port {port} on {host} is in use: start the status page on another port with "
-                                 "--conf tierlake.http.port=N") from None
+            raise PortInUseError(f"port {port} on {host} is in use; {HTTP_PORT_REMEDY}") from None
 
     def _recover_ctas(self) -> None:
         """Roll back CREATE TABLE … AS SELECT statements a previous run left unfinished."""

@@ -55,7 +55,7 @@ def _server(args: argparse.Namespace) -> int:
     # The status page is on a free port in development mode: the ready line is where to find it.
     status = f" (status page: {server.http.url})" if server.http is not None else ""
     print(f"tierlake ready: {server.jdbc_url}{status}", file=out)
-    stop.wait()
+    wait_for_stop(stop)
     server.stop()
     return 0
 
@@ -86,6 +86,22 @@ class _progress:
         if self.thread is not None:
             self.thread.join()
             print("\r" + " " * (len(self.what) + 12) + "\r", end="", file=self.out, flush=True)
+
+
+# How often the main thread wakes while it waits for a stop signal.
+SIGNAL_POLL_S = 0.1
+
+
+def wait_for_stop(stop: threading.Event) -> None:
+    """Wait until a stop signal set ``stop``, waking every ``SIGNAL_POLL_S``.
+
+    Python runs signal handlers in the main thread only, and the kernel may hand
+    a signal sent to the process (or its group) to any thread: the C handler then
+    only records it, and a main thread blocked in an untimed wait never gets to
+    run the Python handler (SIGTERM went unnoticed for minutes under load). Each
+    timed wait returns to the interpreter, which runs a pending handler at once."""
+    while not stop.wait(SIGNAL_POLL_S):
+        pass
 
 
 def _on_stop_signals(stop: threading.Event) -> None:
@@ -133,7 +149,7 @@ def _tiering_service(args: argparse.Namespace) -> int:
     metrics = f" (metrics: {service.http.url}metrics)" if service.http is not None else ""
     print(f"tierlake tiering-service ready: jobs {', '.join(w.job_id for w in service.workers)} -> {args.url}"
           f"{metrics}", file=out)
-    stop.wait()
+    wait_for_stop(stop)
     service.stop()
     return 0
 
@@ -187,7 +203,7 @@ def _sql(args: argparse.Namespace) -> int:
             try:
                 _execute_with_progress(cursor, statement)
                 rows = _fetch(cursor)
-                if rows is None:
+                if rows is None or (rows == [] and _result_only(cursor)):
                     print("OK")
                 else:
                     print(format_table([d[0] for d in cursor.description], rows))
@@ -296,6 +312,12 @@ def _fetch(cursor) -> list | None:
         if [d[0] for d in cursor.description] == ["Result"]:
             return None
         raise
+
+
+def _result_only(cursor) -> bool:
+    """The statement answered Spark's one ``Result`` column of DDL and writes
+    (the gateway's own answer to an INSERT into a stream table included)."""
+    return [d[0] for d in cursor.description or ()] == ["Result"]
 
 
 def _error_text(e: Exception) -> str:

@@ -44,6 +44,7 @@ from tierlake.server.exceptions import TableExistsError
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.tiering.ctas import RESULT_COLUMNS, create_table_as
+from tierlake.server.tiering.leftover import refuse_leftover_lake
 
 log = logging.getLogger("tierlake.calls")
 
@@ -96,6 +97,7 @@ def create(ctx: Context, create: TieredCreate, user: str | None = None) -> DdlRe
     """``CREATE TABLE … TBLPROPERTIES('table.datalake.enabled'='true')`` [``AS SELECT``]."""
     # Before anything exists: a bad property must not leave a table behind (CTAS checks its own).
     table_properties.validate(create.properties, create.columns or None)
+    refuse_leftover_lake(ctx.spark, ctx.config, create.table)  # DROP then CREATE: the old lake rows
     if create.as_select is not None:
         # A column list with AS SELECT never gets here: Spark's parse refuses it first.
         rows = create_table_as(ctx, create.table, create.as_select, create.properties, create.if_not_exists)

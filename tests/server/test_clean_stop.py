@@ -92,3 +92,36 @@ def test_a_stop_mid_round_with_writers_loses_nothing(tmp_path, how):
             assert "abandoned" in outcomes, outcomes
     finally:
         stop_process(server)
+
+
+def _tgkill(pid: int, tid: int, sig: int) -> None:
+    """Send ``sig`` to one thread of ``pid`` (the kernel picks any thread for a signal to the process)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    SYS_tgkill = {"x86_64": 234, "aarch64": 131}[os.uname().machine]
+    if libc.syscall(SYS_tgkill, pid, tid, sig) != 0:
+        raise OSError(ctypes.get_errno(), f"tgkill {pid} {tid}")
+
+
+def test_a_signal_taken_by_another_thread_stops_the_server_within_a_second(tmp_path):
+    """A signal to the process may be delivered to any of its threads; Python runs the handler in the
+    main thread, which must not sleep through it in an untimed wait (SIGTERM once went unnoticed for
+    minutes). Here SIGTERM goes to every thread but the main one."""
+    port, home = free_port(), tmp_path / "home"
+    server = start_server_process(home, port, [], workers=0, own_group=True)
+    try:
+        time.sleep(1)
+        threads = [int(t) for t in os.listdir(f"/proc/{server.pid}/task") if int(t) != server.pid]
+        assert threads
+        sent = time.monotonic()
+        for tid in threads:
+            try:
+                _tgkill(server.pid, tid, signal.SIGTERM)
+            except OSError:
+                pass  # a thread that ended meanwhile
+        wait_for(lambda: "SIGTERM received: stopping" in log_text(home), 10, "the SIGTERM to be acted on", 0.05)
+        assert time.monotonic() - sent < 2.0  # within a second, with slack for a loaded machine
+        assert server.wait(timeout=120) == 0
+    finally:
+        stop_process(server)
