@@ -1,0 +1,512 @@
+"""One differential case (issue 50 item 5): what tierlake gives against what plain Spark SQL gives on
+plain Iceberg tables, for a generated tiered table and change stream (strategies.py).
+
+The reference is a plain Iceberg table ``<db>_ref.changes`` holding every change of the case with
+safe column names (``c0``, ``c1``, …), its change type (``ct``), commit (``cmt``) and position in the
+commit (``pos``), written with the same literal text the case sends to tierlake. From it plain Spark
+SQL computes what each step must give:
+
+- which commits of a primary-key table cannot be ordered (two different changes of one key that
+  ``sequence-by`` does not order: docs/tiering.md, "What lands in the lake"): an ``INSERT … VALUES``
+  of one is refused (docs/ingest.md); an ``INSERT … SELECT`` or a CTAS is not checked for it at
+  INSERT, so the round (or the CTAS's own round) must fail instead;
+- the merged state: ``row_number() OVER (PARTITION BY key ORDER BY commit DESC, sequence-by DESC
+  NULLS LAST, position DESC)``, the last change wins, ``-U`` skipped, a ``-D`` last removes the key;
+  a log table: every row;
+- aggregates (count, sum, min, max) over that state.
+
+And tierlake is driven as a user and a worker would: DDL and writes through the gateway (PyHive),
+every statement form (``VALUES``, ``INSERT … SELECT``, CTAS) and a ``tierlake.write.request-id``
+retried sequentially (a second connection) or concurrently; rounds as a worker runs them
+(``TableHandle.open`` on the coordinator's path, the planner with the coordinator's record,
+``run_round``); the fresh view read in its local form (pending changes merged in the driver) and its
+distributed form (``spark.tierlake.fresh.local-merge-rows`` = 0).
+
+Rows are compared with ``EXCEPT ALL`` both ways (Spark's own equality: NaN = NaN, -0.0 = 0.0, BINARY
+by content; maps as their sorted entries, Spark having no equality for maps). The first difference
+raises a :class:`Divergence` subclass named by its stage, so Hypothesis tells the classes apart and
+shrinks each to its own minimal example.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import re
+import threading
+import time
+import uuid
+from typing import Any
+
+from tests.server.differential.strategies import Case, Column, SqlType, quote, string_literal
+from tierlake.server.changelog import fresh_view
+from tierlake.server.changelog.handle import TableHandle
+from tierlake.server.changelog.planner import Registered, plan_round
+from tierlake.server.coordinator.registration import registered_record
+from tierlake.server.tiering.round import run_round
+
+LOCAL_ROWS_CONF = "spark.tierlake.fresh.local-merge-rows"  # FreshMerge.LOCAL_ROWS_CONF
+_counter = itertools.count()
+
+
+class Divergence(AssertionError):
+    stage = "divergence"
+
+
+_STAGES: dict[str, type[Divergence]] = {}
+
+
+def divergence(stage: str, message: str) -> Divergence:
+    """An error of the class of ``stage`` (one class per stage: Hypothesis tells failures apart by type)."""
+    cls = _STAGES.get(stage)
+    if cls is None:
+        name = "Divergence_" + "".join(ch if ch.isalnum() else "_" for ch in stage)
+        cls = _STAGES[stage] = type(name, (Divergence,), {"stage": stage})
+    return cls(f"[{stage}] {message}")
+
+
+def comparable(expr: str, t: SqlType) -> str:
+    """``expr`` as a value Spark can compare and group: a map as its entries, sorted."""
+    return f"array_sort(map_entries({expr}))" if t.kind == "map" else expr
+
+
+class Harness:
+    """Runs cases on one server: writes through its gateway, reads and drives rounds in its process."""
+
+    def __init__(self, server: Any, cleanup: bool = True):
+        self.server, self.spark, self.cleanup = server, server.spark, cleanup
+        self.port = server.gateway.port
+        self._conns: list[Any] = []
+
+    # -- gateway connections -------------------------------------------------------------------
+
+    def connect(self) -> Any:
+        from pyhive import hive
+
+        conn = hive.connect("127.0.0.1", self.port, username="differential")
+        self._conns.append(conn)
+        return conn
+
+    def close(self) -> None:
+        for conn in self._conns:
+            with contextlib.suppress(Exception):
+                conn.close()
+        self._conns.clear()
+
+    @staticmethod
+    def execute(conn: Any, statement: str, request_id: str | None = None) -> str | None:
+        """None when the statement succeeded, else the error's text."""
+        cursor = conn.cursor()
+        try:
+            if request_id is not None:
+                cursor.execute(f"SET `tierlake.write.request-id`={request_id}")
+            cursor.execute(statement)
+            if cursor.description:
+                cursor.fetchall()
+            return None
+        except Exception as e:  # noqa: BLE001 - the text is the outcome
+            return f"{type(e).__name__}: {e}"[:2000]
+        finally:
+            with contextlib.suppress(Exception):
+                cursor.close()
+
+    # -- one case -------------------------------------------------------------------------------
+
+    def run(self, case: Case) -> None:
+        """Raises a :class:`Divergence` at the first difference from the reference."""
+        db = f"dfx_{next(_counter)}_{uuid.uuid4().hex[:6]}"
+        main = self.connect()
+        try:
+            _Case(self, case, db, main).run()
+        finally:
+            self.close()
+            if self.cleanup:
+                self.drop(db, case)
+
+    def drop(self, db: str, case: Case) -> None:
+        conn = self.connect()
+        try:
+            self.execute(conn, f"DROP TABLE IF EXISTS {quote(db)}.{quote(case.table)}")
+        finally:
+            self.close()
+        for database in (db, f"{db}_lake", f"{db}_fresh", f"{db}_ref"):
+            with contextlib.suppress(Exception):
+                self.spark.sql(f"DROP DATABASE IF EXISTS {quote(database)} CASCADE")
+
+
+class _Case:
+    def __init__(self, harness: Harness, case: Case, db: str, main: Any):
+        self.h, self.case, self.db, self.main = harness, case, db, main
+        self.spark = harness.spark
+        self.cols = case.columns
+        self.safe = [f"c{i}" for i in range(len(self.cols))]
+        self.target = f"{quote(db)}.{quote(case.table)}"
+        self.lake = f"{quote(db + '_lake')}.{quote(case.table)}"
+        self.fresh = f"{quote(db + '_fresh')}.{quote(case.table)}"
+        self.changes = f"{quote(db + '_ref')}.changes"
+        self.accepted: list[int] = []   # commits that must be in the stream
+        self.poisoned: int | None = None  # first accepted commit a round must refuse
+        self.tiered = 0                  # commits the lake holds
+        self.retry_conns: list[Any] = []
+
+    # -- reference -----------------------------------------------------------------------------
+
+    def setup_reference(self) -> None:
+        spark, case = self.spark, self.case
+        spark.sql(f"CREATE DATABASE {quote(self.db)}")
+        spark.sql(f"CREATE DATABASE {quote(self.db + '_ref')}")
+        defs = ", ".join(f"{s} {c.type.ddl}" for s, c in zip(self.safe, self.cols, strict=True))
+        spark.sql(f"CREATE TABLE {self.changes} ({defs}, ct STRING, cmt INT, pos INT) USING iceberg")
+        values = []
+        for i, commit in enumerate(case.commits):
+            for j, row in enumerate(commit.rows):
+                ct = "CAST(NULL AS STRING)" if row[-1] is None else string_literal(row[-1])
+                values.append("(" + ", ".join([*row[:-1], ct, str(i), str(j)]) + ")")
+        spark.sql(f"INSERT INTO {self.changes} VALUES " + ", ".join(values))
+        # The same schema under the same names as a plain Iceberg table: what plain Spark accepts.
+        try:
+            spark.sql(f"CREATE TABLE {quote(self.db + '_ref')}.{quote(case.table)} ({self.column_defs()}) "
+                      "USING iceberg")
+            self.plain_create_error = None
+        except Exception as e:  # noqa: BLE001
+            self.plain_create_error = str(e)[:500]
+
+    def column_defs(self) -> str:
+        return ", ".join(f"{quote(c.name)} {c.type.ddl}" for c in self.cols)
+
+    def ambiguous_commits(self) -> set[int]:
+        """Commits of a primary-key table with two different changes of one key that sequence-by does
+        not order (-U rows are no change; a -D's other values do not matter; equal changes never
+        conflict; with sequence-by a NULL value among several changes, or a tie at the largest value)."""
+        if not self.case.pk:
+            return set()
+        keys = [self.safe[i] for i in range(len(self.case.keys))]
+        part = ", ".join(["cmt", *keys])
+        row = ", ".join(comparable(s, c.type) for s, c in zip(self.safe, self.cols, strict=True))
+        effect = f"named_struct('del', ct <=> '-D', 'row', CASE WHEN ct <=> '-D' THEN NULL ELSE struct({row}) END)"
+        if self.case.sequence_by is None:
+            having = "count(DISTINCT eff) > 1"
+            seq_cols = ""
+        else:
+            seq = self.safe[len(self.case.keys)]
+            seq_cols = (f", max({seq}) OVER (PARTITION BY {part}) AS mx, count(*) OVER (PARTITION BY {part}) AS n, "
+                        f"count({seq}) OVER (PARTITION BY {part}) AS nseq, {seq} AS sq")
+            having = ("CASE WHEN max(n) > 1 AND max(nseq) < max(n) THEN count(DISTINCT eff) > 1 "
+                      "ELSE count(DISTINCT CASE WHEN sq <=> mx THEN eff END) > 1 END")
+        query = (f"SELECT DISTINCT cmt FROM (SELECT cmt, {', '.join(keys)}, {effect} AS eff{seq_cols} "
+                 f"FROM {self.changes} WHERE ct IS NULL OR ct <> '-U') GROUP BY {part} HAVING {having}")
+        return {r[0] for r in self.spark.sql(query).collect()}
+
+    def expected(self, upto: int) -> str:
+        """The plain-Spark state after the accepted commits before ``upto``: a query over ``changes``."""
+        commits = [c for c in self.accepted if c < upto] or [-1]
+        where = f"cmt IN ({', '.join(map(str, commits))})"
+        cols = ", ".join(self.safe)
+        if not self.case.pk:
+            return f"SELECT {cols} FROM {self.changes} WHERE {where}"
+        keys = ", ".join(self.safe[: len(self.case.keys)])
+        order = "cmt DESC" + (f", {self.safe[len(self.case.keys)]} DESC NULLS LAST" if self.case.sequence_by else "")
+        return (f"SELECT {cols} FROM (SELECT *, row_number() OVER (PARTITION BY {keys} ORDER BY {order}, pos DESC) "
+                f"AS rn FROM {self.changes} WHERE {where} AND (ct IS NULL OR ct <> '-U')) "
+                "WHERE rn = 1 AND (ct IS NULL OR ct <> '-D')")
+
+    # -- comparisons ---------------------------------------------------------------------------
+
+    def compare(self, stage: str, actual_from: str, expected_query: str, with_change_type: bool = False) -> None:
+        a_cols = [comparable(quote(c.name), c.type) + f" AS c{i}" for i, c in enumerate(self.cols)]
+        e_cols = [comparable(s, c.type) + f" AS c{i}" for i, (s, c) in enumerate(zip(self.safe, self.cols,
+                                                                                        strict=True))]
+        if with_change_type:
+            a_cols.append("`_change_type` AS ct")
+            e_cols.append("ct")
+        actual = f"SELECT {', '.join(a_cols)} FROM {actual_from}"
+        expected = f"SELECT {', '.join(e_cols)} FROM ({expected_query})"
+        try:
+            missing = self.spark.sql(f"SELECT count(*) FROM (({expected}) EXCEPT ALL ({actual}))").first()[0]
+            extra = self.spark.sql(f"SELECT count(*) FROM (({actual}) EXCEPT ALL ({expected}))").first()[0]
+        except Exception as e:  # noqa: BLE001
+            raise divergence(f"{stage}-query-failed", f"{actual_from}: {str(e)[:1500]}") from None
+        if missing or extra:
+            raise divergence(stage, f"{actual_from}: {missing} expected row(s) missing, {extra} unexpected;\n"
+                                    f"  tierlake: {self.show(actual)}\n  spark:    {self.show(expected)}")
+
+    def show(self, query: str) -> list[str]:
+        try:
+            return [r[0] for r in self.spark.sql(f"SELECT CAST(struct(*) AS STRING) FROM ({query}) LIMIT 12").collect()]
+        except Exception as e:  # noqa: BLE001
+            return [f"(not shown: {str(e)[:200]})"]
+
+    def aggregates(self, t: Column, expr: str) -> list[str]:
+        out = []
+        if t.type.numeric and t.type.kind != "float":
+            out.append(f"CAST(sum({expr}) AS STRING)")
+        if t.type.kind == "float":
+            out.append(f"CAST(sum({expr}) AS STRING)")
+        if t.type.orderable:
+            out += [f"CAST(min({expr}) AS STRING)", f"CAST(max({expr}) AS STRING)"]
+        return out
+
+    def compare_aggregates(self, stage: str, relation: str, expected_query: str) -> None:
+        a_exprs, e_exprs, floats = ["CAST(count(*) AS STRING)"], ["CAST(count(*) AS STRING)"], [False]
+        for s, c in zip(self.safe, self.cols, strict=True):
+            a = self.aggregates(c, quote(c.name))
+            a_exprs += a
+            e_exprs += self.aggregates(c, s)
+            floats += [c.type.kind == "float"] * len(a)
+        try:
+            actual = list(self.spark.sql(f"SELECT {', '.join(a_exprs)} FROM {relation}").first())
+        except Exception as e:  # noqa: BLE001
+            raise divergence(f"{stage}-query-failed", f"{relation}: {str(e)[:1500]}") from None
+        expected = list(self.spark.sql(f"SELECT {', '.join(e_exprs)} FROM ({expected_query})").first())
+        for name, x, y, fl in zip(e_exprs, actual, expected, floats, strict=True):
+            if not same_value(x, y, fl):
+                raise divergence(stage, f"{relation}: {name}: tierlake {x!r}, spark {y!r}")
+
+    # -- tierlake's side -----------------------------------------------------------------------
+
+    def properties(self) -> str:
+        props = {"table.datalake.enabled": "true", "table.datalake.freshness": "1 h"}
+        if self.case.pk:
+            props["primary-key"] = ", ".join(self.case.keys)
+            props["bucket.num"] = "2"
+        if self.case.sequence_by:
+            props["sequence-by"] = self.case.sequence_by
+        return ", ".join(f"{string_literal(k)}={string_literal(v)}" for k, v in props.items())
+
+    def insert_columns(self) -> str:
+        return ", ".join([quote(c.name) for c in self.cols] + (["`_change_type`"] if self.case.pk else []))
+
+    def statement(self, i: int) -> str:
+        commit = self.case.commits[i]
+        if commit.form == "values":
+            rows = []
+            for row in commit.rows:
+                ct = ["CAST(NULL AS STRING)" if row[-1] is None else string_literal(row[-1])] if self.case.pk else []
+                rows.append("(" + ", ".join([*row[:-1], *ct]) + ")")
+            return f"INSERT INTO {self.target} ({self.insert_columns()}) VALUES " + ", ".join(rows)
+        select = ", ".join(self.safe + (["ct"] if self.case.pk else []))
+        return (f"INSERT INTO {self.target} ({self.insert_columns()}) SELECT {select} FROM {self.changes} "
+                f"WHERE cmt = {i}")
+
+    def send(self, i: int) -> list[str | None]:
+        """Each attempt's outcome (None: acknowledged)."""
+        commit, text = self.case.commits[i], self.statement(i)
+        if commit.retry is None:
+            return [self.h.execute(self.main, text)]
+        while len(self.retry_conns) < 2:
+            self.retry_conns.append(self.h.connect())
+        request_id = f"dfx-{uuid.uuid4().hex[:12]}"
+        if commit.retry == "sequential":
+            return [self.h.execute(conn, text, request_id) for conn in self.retry_conns]
+        outcomes: list[str | None] = [None, None]
+        barrier = threading.Barrier(2)
+
+        def attempt(k: int) -> None:
+            cursor = self.retry_conns[k].cursor()
+            try:
+                cursor.execute(f"SET `tierlake.write.request-id`={request_id}")
+                barrier.wait(timeout=60)
+                cursor.execute(text)
+            except Exception as e:  # noqa: BLE001
+                outcomes[k] = f"{type(e).__name__}: {e}"[:2000]
+
+        threads = [threading.Thread(target=attempt, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=600)
+        return outcomes
+
+    def create(self) -> bool:
+        """The tiered table, by CREATE or by CTAS (its first commit); False when it must not exist."""
+        case = self.case
+        if case.commits[0].form == "ctas":
+            select = ", ".join(f"{s} AS {quote(c.name)}" for s, c in zip(self.safe, self.cols, strict=True))
+            text = (f"CREATE TABLE {self.target} TBLPROPERTIES ({self.properties()}) AS SELECT {select} "
+                    f"FROM {self.changes} WHERE cmt = 0")
+        else:
+            text = f"CREATE TABLE {self.target} ({self.column_defs()}) TBLPROPERTIES ({self.properties()})"
+        error = self.h.execute(self.main, text)
+        ctas_refused = case.commits[0].form == "ctas" and 0 in self.ambiguous
+        if error is None:
+            if ctas_refused:
+                raise divergence("ctas-accepted-unordered",
+                                 f"{text}\n  commit 0 has changes of one key it cannot order")
+            if self.plain_create_error is not None:
+                # Plain Spark refuses the schema, tierlake takes it: carry on, the reference has safe names.
+                case.notes.append(f"plain Iceberg refused the schema ({self.plain_create_error[:200]}); "
+                                  "tierlake took it")
+            if case.commits[0].form == "ctas":
+                self.accepted.append(0)
+                self.tiered = 1
+            return True
+        if self.plain_create_error is None and not ctas_refused and self.limitation() is None:
+            raise divergence("create-refused", f"{text}\n  -> {error}")
+        self.nothing_left_behind(text, error)
+        return False
+
+    def limitation(self) -> str | None:
+        """Why tierlake may refuse this table at CREATE, by its documented rules (docs/tiering.md): its
+        key and sequence-by columns are named in property values, which take names that read as
+        identifiers; a first key column of a type Iceberg cannot bucket. A refusal must leave nothing."""
+        case = self.case
+        for name in all_names(case.columns):
+            if name.lower().startswith("__tierlake"):
+                return f"{name!r}: names starting with __tierlake are reserved for tierlake's generated names"
+        for name in [*case.keys, *([case.sequence_by] if case.sequence_by else [])]:
+            if not re.match(r"^[A-Za-z_]\w*$", name):
+                return f"key or sequence-by column {name!r} does not read as an identifier"
+        if case.pk and case.columns[0].type.kind in ("bool", "float"):
+            return f"first key column of type {case.columns[0].type.ddl}, which Iceberg cannot bucket"
+        return None
+
+    def nothing_left_behind(self, text: str, error: str) -> None:
+        left = []
+        name = self.case.table.lower()
+        for database in (self.db, f"{self.db}_lake", f"{self.db}_fresh"):
+            try:
+                rows = self.spark.sql(f"SHOW TABLES IN {quote(database)}").collect()
+            except Exception:  # noqa: BLE001 - no such database
+                continue
+            left += [f"{database}.{r.tableName}" for r in rows if not r.isTemporary and r.tableName.lower() == name]
+        _, states = self.h.server.coordinator.load()
+        left += [f"registration {s.path}" for s in states.values() if s.path.split(".", 1)[0] == self.db]
+        if left:
+            raise divergence("failed-create-left-behind", f"{text}\n  -> {error[:300]}\n  left: {left}")
+
+    def tier(self, upto: int) -> None:
+        """A round as a worker runs it; what the lake then holds."""
+        server = self.h.server
+        _, states = server.coordinator.load()
+        mine = [s for s in states.values() if s.path.split(".", 1)[0] == self.db]
+        if len(mine) != 1:
+            raise divergence("registration", f"registrations of {self.target}: {[s.path for s in mine]}")
+        state = mine[0]
+        must_fail = self.poisoned is not None and self.poisoned < upto
+        try:
+            handle = TableHandle.open(self.spark, server.config, state.path, state.table_id, state.tiering_epoch,
+                                      "differential")
+            record = registered_record(self.spark, state.table_id)
+            plan = plan_round(handle, registered=None if record is None else Registered(*record))
+            run_round(plan, check_epoch=lambda: None)
+            fresh_view.settle()
+            error = None
+        except Exception as e:  # noqa: BLE001
+            error = f"{type(e).__name__}: {e}"[:1500]
+        if error is not None and not must_fail:
+            raise divergence("round-failed", f"round of {self.target} after commit {upto - 1}: {error}")
+        if error is None and must_fail:
+            raise divergence("round-tiered-unordered",
+                             f"round of {self.target} tiered commit {self.poisoned}, whose changes it cannot order")
+        if error is None:
+            self.tiered = upto
+        self.compare("lake", self.lake, self.expected(self.tiered))
+
+    def check_fresh(self, stage: str) -> None:
+        expected = self.expected(len(self.case.commits))
+        self.compare(f"{stage}-local", self.fresh, expected)
+        self.compare_aggregates(f"{stage}-aggregates-local", self.fresh, expected)
+        with local_merge_rows(self.spark, 0):
+            self.compare(f"{stage}-distributed", self.fresh, expected)
+            self.compare_aggregates(f"{stage}-aggregates-distributed", self.fresh, expected)
+
+    def write(self, i: int) -> None:
+        commit = self.case.commits[i]
+        refused = i in self.ambiguous and commit.form == "values"
+        outcomes = self.send(i)
+        for k, error in enumerate(outcomes):
+            attempt = f"attempt {k + 1} of {len(outcomes)} ({commit.retry or 'once'})"
+            if refused and error is None:
+                raise divergence("unordered-values-accepted",
+                                 f"commit {i}, {attempt}: acknowledged, but it changes a key in ways no order decides")
+            if not refused and error is not None:
+                stage = "retry-refused" if k else "write-refused"
+                raise divergence(stage, f"commit {i} ({commit.form}), {attempt}: {error}")
+        if not refused:
+            self.accepted.append(i)
+            if i in self.ambiguous and self.poisoned is None:
+                self.poisoned = i
+        if commit.retry:
+            self.check_stream(f"retry-{commit.retry}-{commit.form}")
+
+    def check_stream(self, stage: str = "stream") -> None:
+        self.compare(stage, self.target, f"SELECT * FROM {self.changes} WHERE cmt IN "
+                                         f"({', '.join(map(str, self.accepted or [-1]))})",
+                     with_change_type=self.case.pk)
+
+    def run(self) -> None:
+        self.setup_reference()
+        self.ambiguous = self.ambiguous_commits()
+        if not self.create():
+            return
+        case = self.case
+        first = 1 if case.commits[0].form == "ctas" else 0
+        for i in range(first, len(case.commits)):
+            if i == case.cut and i > first:
+                self.tier(i)
+            self.write(i)
+        self.check_stream()
+        if case.cut >= len(case.commits) and case.cut > first:
+            self.tier(len(case.commits))
+        if self.poisoned is None:
+            self.check_fresh("fresh")
+        self.tier(len(case.commits))
+        if self.poisoned is None:
+            self.compare("fresh-after-round", self.fresh, self.expected(len(case.commits)))
+        for conn in self.retry_conns:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+
+def all_names(columns: list[Column]) -> list[str]:
+    """Column and nested struct-field names."""
+    out = []
+
+    def visit(t: SqlType) -> None:
+        if t.kind == "struct":
+            for name, ft in t.children:
+                out.append(name)
+                visit(ft)
+        for child in t.children if t.kind in ("array", "map") else ():
+            visit(child)
+
+    for c in columns:
+        out.append(c.name)
+        visit(c.type)
+    return out
+
+
+def same_value(x: str | None, y: str | None, floating: bool) -> bool:
+    if x == y:
+        return True
+    if x is None or y is None:
+        return False
+    if not floating:
+        return False
+    try:
+        a, b = float(x), float(y)
+    except ValueError:
+        return False
+    if math.isnan(a) and math.isnan(b):
+        return True
+    return a == b or math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-300)
+
+
+@contextlib.contextmanager
+def local_merge_rows(spark: Any, limit: int):
+    before = spark.conf.get(LOCAL_ROWS_CONF, None)
+    spark.conf.set(LOCAL_ROWS_CONF, str(limit))
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(LOCAL_ROWS_CONF)
+        else:
+            spark.conf.set(LOCAL_ROWS_CONF, before)
+
+
+def timed(fn, *args) -> float:
+    t = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t
