@@ -17,7 +17,7 @@ from tierlake.server.coordinator.coordinator import Coordinator
 from tierlake.server.exceptions import ConfigError, PortInUseError
 from tierlake.server.gateway.auth.authz import Authorizer, SparkSessions
 from tierlake.server.gateway.auth.passwords import PasswordFile
-from tierlake.server.gateway.routing.handler import CallHandler
+from tierlake.server.gateway.routing.handler import MAX_CALL_SIZE, CallHandler
 from tierlake.server.gateway.routing.ingest import IngestHandler
 from tierlake.server.gateway.routing.sys_reads import SysReads
 from tierlake.server.gateway.transport.server import Gateway
@@ -26,6 +26,7 @@ from tierlake.server.ingest.writer import StreamWriter
 from tierlake.server.maintenance.kv_tables import KvMaintenance
 from tierlake.server.observability import metrics, sources
 from tierlake.server.observability.http import ObservabilityHttp
+from tierlake.server.runtime import jvm_watch
 from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.session import (
     HomeLock,
@@ -176,6 +177,7 @@ class Server:
             check_port_free(self.config.text("tierlake.gateway.host"), self.config.int("tierlake.http.port"),
                             HTTP_PORT_REMEDY)  # the status page's too
             self.spark = build_spark(self.config, self.thrift_port)
+            jvm_watch.watch(self._stopped)  # one life: the process ends with its JVM
             log.info("SQL functions: %s", ", ".join(sql_functions.functions.register_into(self.spark)) or "none")
             applied = migrations.migrate(self.spark)
             views = migrations.create_views(self.spark, self.config)
@@ -238,7 +240,7 @@ class Server:
 
     def _handler(self) -> Any:
         """CALLs and tiered DDL, behind the gateway's cache of sys reads."""
-        reads = SysReads(CallHandler(self.registry, self.context), lambda: self.spark,
+        reads = SysReads(CallHandler(self.registry, self.context, self.config.int(MAX_CALL_SIZE)), lambda: self.spark,
                          lambda: ("127.0.0.1", self.thrift_port, self.internal_secret),
                          max_age_s=self.config.duration("tierlake.gateway.status-cache.max-age").total_seconds(),
                          enabled=self.config.flag("tierlake.gateway.status-cache"))

@@ -247,6 +247,15 @@ class StatementTooLargeError(TierlakeError):
     error_code = 2011
 
 
+class StatementTooComplexError(TierlakeError):
+    """A statement nested deeper than Spark's parser can take (parentheses
+    past ``parsecost.MAX_NESTING``, or Spark's parser out of stack): refused
+    before or instead of a parse that would cost seconds and then fail."""
+
+    sqlstate = "54001"
+    error_code = 2040
+
+
 class ResultTooLargeError(TierlakeError):
     """A batch of fetched rows larger than ``tierlake.gateway.max-reply-size``."""
 

@@ -114,6 +114,10 @@ SETTINGS: tuple[Setting, ...] = (
     _s("tierlake.gateway.max-statement-size", "1048576", "int",
        "longest statement (bytes, UTF-8) the gateway accepts; longer ones are refused with SQLSTATE 54000",
        minimum=1),
+    _s("tierlake.gateway.max-call-size", "65536", "int",
+       "longest `CALL sys.*` statement (bytes, UTF-8) the gateway parses; the procedure's name and number of "
+       "arguments are checked first, then this bound, then its arguments are parsed (SQLSTATE 54000)",
+       minimum=1),
     _s("tierlake.gateway.max-request-size", "16777216", "int",
        "largest Thrift request (bytes) a client may send; a bigger one closes the connection", minimum=1024),
     _s("tierlake.gateway.max-reply-size", "16000000", "int",

@@ -97,3 +97,76 @@ def test_ordinary_statements_pass(text):
     assert parsecost.steps(text) <= parsecost.MAX_STEPS
     assert time.perf_counter() - started < 2.0  # linear: a quadratic count would take hours
     Authorizer(None, max_statement_size=2 << 20).check("anyone", text)
+
+
+def _model_depth(text: str) -> int:
+    """Spark's lexer, a character at a time: how deep brackets nest outside
+    literals, quoted names and comments (/* */ nests; a hint is read)."""
+    i, depth, deepest = 0, 0, 0
+    while i < len(text):
+        ch = text[i]
+        if ch in "'\"":
+            j = i + 1
+            while j < len(text) and text[j] != ch:
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+        elif ch == "`":
+            j = i + 1
+            while j < len(text) and not (text[j] == "`" and text[j + 1:j + 2] != "`"):
+                j += 2 if text[j] == "`" else 1
+            i = j + 1
+        elif text.startswith("--", i):
+            while i < len(text) and text[i] not in "\n\r":
+                i += 1
+        elif text.startswith("/*", i) and not text.startswith("/*+", i):
+            level, i = 1, i + 2
+            while i < len(text) and level:
+                if text.startswith("*/", i):
+                    level, i = level - 1, i + 2
+                elif text.startswith("/*", i) and not text.startswith("/*+", i):
+                    level, i = level + 1, i + 2
+                else:
+                    i += 1
+        else:
+            if ch in "([":
+                depth += 1
+                deepest = max(deepest, depth)
+            elif ch in ")]":
+                depth -= 1
+            i += 1
+    return deepest
+
+
+_PIECES = st.sampled_from(["(", ")", "[", "]", "((((((((", "))))))))", "'", "\"", "`", "``", "\\", "--", "\n",
+                           "\r", "/*", "*/", "/*+", " x ", "'(('", "-- ((((\n", "/* (((( */"])
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(st.lists(_PIECES, max_size=120), st.integers(min_value=0, max_value=200))
+def test_the_nesting_bound_never_lets_deeper_text_through(pieces, extra):
+    text = "SELECT " + "".join(pieces) + "(" * extra
+    if _model_depth(text) > parsecost.MAX_NESTING:
+        assert parsecost.nesting(text) > parsecost.MAX_NESTING
+
+
+@pytest.mark.parametrize("text,refused", [
+    ("SELECT " + "(" * 129 + "1" + ")" * 129, True),
+    ("SELECT " + "(" * 128 + "1" + ")" * 128, False),
+    ("SELECT " + "abs(" * 3000 + "1" + ")" * 3000, True),
+    ("SELECT /*+ REPARTITION" + "(" * 200 + "1" + ")" * 200 + " */ 1", True),  # Spark parses hints
+    ("SELECT '" + "(" * 3000 + "'", False),
+    ("SELECT 1 -- " + "(" * 3000, False),
+    ("SELECT 1 /* " + "(" * 3000 + " */", False),
+    ("SELECT `" + "(" * 3000 + "`", False),
+    ("INSERT INTO t VALUES " + ", ".join("(1, 'a(', array(2))" for _ in range(20_000)), False),
+])
+def test_statements_nested_too_deep_are_too_complex(text, refused):
+    from tierlake.server.exceptions import StatementTooComplexError
+
+    if refused:
+        with pytest.raises(StatementTooComplexError) as info:
+            Authorizer(None, max_statement_size=2 << 20).check("anyone", text)
+        assert info.value.sqlstate == "54001"
+        assert info.value.message.startswith("statement too complex: parentheses nested more than 128 deep")
+    else:
+        Authorizer(None, max_statement_size=2 << 20).check("anyone", text)

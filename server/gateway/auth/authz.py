@@ -23,9 +23,14 @@ import time
 import uuid
 from typing import Any
 
-from tierlake.server.exceptions import PermissionDeniedError, StatementTooLargeError, TierlakeError
+from tierlake.server.exceptions import (
+    PermissionDeniedError,
+    StatementTooComplexError,
+    StatementTooLargeError,
+    TierlakeError,
+)
 from tierlake.server.gateway.auth import parsecost, planauth
-from tierlake.server.gateway.auth.callparse import is_sys_call, parse_call
+from tierlake.server.gateway.auth.callparse import call_head, is_sys_call
 from tierlake.server.gateway.auth.passwords import PasswordFile
 from tierlake.server.gateway.auth.planauth import Requirement
 from tierlake.server.sqlapi import roles as R
@@ -40,8 +45,13 @@ SYS_DATABASE = planauth.SYS_DATABASE
 
 def call_requirement(statement: str, registry: Any = None) -> Requirement:
     """The role ``CALL sys.<name>(…)`` needs: its procedure's role."""
+    # The name as the handler reads it before anything else (call_head): a CALL
+    # it cannot read that way is refused there, so no other reading can run.
+    head = call_head(statement)
+    if head is None:
+        return Requirement(R.READER, "CALL")
+    name = head.name
     try:
-        name = parse_call(statement).name
         proc = registry.get(name) if registry is not None else None
     except TierlakeError:
         # Syntax errors and unknown names are the handler's to report;
@@ -186,6 +196,11 @@ class Authorizer:
                 "statement refused: its comment markers would cost the SQL parser time quadratic in its "
                 "length (a long line of '--' with no newline after it, or of '/*' with no '*/'); "
                 "break the line or close the comments")
+        depth = parsecost.nesting(statement)
+        if depth > parsecost.MAX_NESTING:
+            raise StatementTooComplexError(
+                f"statement too complex: parentheses nested more than {parsecost.MAX_NESTING} deep; "
+                "Spark's parser cannot take it (split the statement, or use WITH for nested subqueries)")
 
     def requirement(self, statement: str, session: Any = None) -> Requirement:
         """The role ``statement`` needs in ``session`` (a SessionInfo, or

@@ -149,6 +149,105 @@ def is_sys_call(sql: str) -> bool:
     return 0 <= i < end and _word_at(sql, i, NAMESPACE) >= 0
 
 
+@dataclass(frozen=True)
+class CallHead:
+    """What a CALL names, read without a tokenizer: the procedure (without
+    ``sys.``) and how many arguments its list holds at the top level."""
+
+    name: str
+    arguments: int
+
+
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+def _quoted_end(sql: str, i: int, end: int) -> int:
+    """Where a literal or back-quoted name opened at ``i - 1`` ends (past its
+    closing quote), -1 if unclosed. A backslash escapes in string literals,
+    not in back-quoted names (where a doubled back quote is one)."""
+    quote = sql[i - 1]
+    while i < end:
+        ch = sql[i]
+        if ch == "\\" and quote != "`":
+            i += 2
+        elif ch == quote:
+            if quote == "`" and sql.startswith("``", i):
+                i += 2
+                continue
+            return i + 1
+        else:
+            i += 1
+    return -1
+
+
+def call_head(sql: str) -> CallHead | None:
+    """The procedure a ``CALL sys.<name>(…)`` names and its number of
+    top-level arguments, or None when the text is not of that shape (the full
+    parse then reports why).
+
+    Linear in the text and with no tokenizer, so that a CALL's role, its
+    procedure and its arity are known before its arguments are parsed: a
+    megabyte of ``array(1,1,…)`` sent to a procedure that takes none is
+    refused in microseconds, not after a minute of sqlglot (issue 51)."""
+    end = len(sql)
+    i = _skip_blank(sql, 0, end)
+    if i < 0 or i >= end or (i := _word_at(sql, i, "call")) < 0:
+        return None
+    i = _skip_blank(sql, i, end)
+    if i < 0 or i >= end or (i := _word_at(sql, i, NAMESPACE)) < 0:
+        return None
+    i = _skip_blank(sql, i, end)
+    if i < 0 or i >= end or sql[i] != ".":
+        return None
+    i = _skip_blank(sql, i + 1, end)
+    if i < 0 or i >= end:
+        return None
+    if sql[i] == "`":
+        stop = _quoted_end(sql, i + 1, end)
+        if stop < 0:
+            return None
+        name, i = sql[i + 1 : stop - 1].replace("``", "`"), stop
+    else:
+        start = i
+        while i < end and sql[i] in _NAME_CHARS:
+            i += 1
+        name = sql[start:i]
+    i = _skip_blank(sql, i, end)
+    if not name or i < 0 or i >= end or sql[i] != "(":
+        return None
+    depth, commas, empty, i = 1, 0, True, i + 1
+    while i < end and depth:
+        ch = sql[i]
+        if ch in _BLANK or sql.startswith("--", i) or sql.startswith("/*", i):
+            i = _skip_blank(sql, i, end)
+            if i < 0:
+                return None
+            continue
+        if ch in "'\"`":
+            i = _quoted_end(sql, i + 1, end)
+            if i < 0:
+                return None
+            empty = False
+            continue
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 1:
+            commas += 1
+        if depth:
+            empty = False
+        i += 1
+    if depth:
+        return None
+    i = _skip_blank(sql, i, end)
+    while 0 <= i < end and sql[i] == ";":
+        i = _skip_blank(sql, i + 1, end)
+    if i != end:
+        return None
+    return CallHead(name.lower(), 0 if empty else commas + 1)
+
+
 def parse_call(sql: str) -> CallStatement:
     """Parse ``CALL sys.name(arg, key => value, ...)`` into a :class:`CallStatement`."""
     tokens = _tokenize(sql)

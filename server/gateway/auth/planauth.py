@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tierlake.server.catalog.properties import WRITE_REQUEST_ID
-from tierlake.server.exceptions import PermissionDeniedError, SqlSyntaxError
+from tierlake.server.exceptions import PermissionDeniedError, SqlSyntaxError, StatementTooComplexError
 from tierlake.server.sqlapi import roles as R
 
 SYS_DATABASE = "sys"
@@ -275,6 +275,25 @@ def decode(description: str) -> Plan:
     return Plan(nodes)
 
 
+def _out_of_stack(exc: Exception) -> bool:
+    """A Java StackOverflowError (a statement too deep for Spark's recursive
+    parser or for the walk of its plan), by class, not by message."""
+    java = getattr(exc, "java_exception", None)
+    try:
+        while java is not None:
+            if str(java.getClass().getName()) == "java.lang.StackOverflowError":
+                return True
+            java = java.getCause()
+    except Exception:  # noqa: BLE001 - a py4j failure here means: not known to be one
+        return False
+    return False
+
+
+def _too_complex() -> StatementTooComplexError:
+    return StatementTooComplexError("statement too complex: Spark's parser ran out of stack on its nesting "
+                                    "(split the statement, or use WITH for nested subqueries)")
+
+
 def parse_plan(jsession: Any, text: str, max_nodes: int = MAX_PLAN_NODES) -> Plan:
     """Spark's parse of ``text`` in ``jsession`` (a Java SparkSession), flattened.
 
@@ -289,12 +308,16 @@ def parse_plan(jsession: Any, text: str, max_nodes: int = MAX_PLAN_NODES) -> Pla
     except ParseException as exc:
         raise SqlSyntaxError(str(exc).strip()) from None
     except (CapturedException, Py4JJavaError) as exc:
+        if _out_of_stack(exc):
+            raise _too_complex() from None
         if "ParseException" in str(exc)[:200] or "ParseException" in type(exc).__name__:
             raise SqlSyntaxError(str(exc).strip()) from None
         raise
     try:
         plan = decode(SparkContext._jvm.io.tierlake.internal.PlanWalker.describe(jplan, max_nodes))
     except (CapturedException, Py4JJavaError) as exc:
+        if _out_of_stack(exc):
+            raise _too_complex() from None
         raise PermissionDeniedError(f"permission denied: the statement's plan cannot be checked ({exc})") from None
     plan.java = jplan
     return plan

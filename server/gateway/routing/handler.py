@@ -7,9 +7,15 @@ import logging
 import time
 from collections.abc import Callable
 
-from tierlake.server.exceptions import SparkSqlError, SqlSyntaxError, TierlakeError
+from tierlake.server.exceptions import (
+    InvalidArgumentError,
+    SparkSqlError,
+    SqlSyntaxError,
+    StatementTooLargeError,
+    TierlakeError,
+)
 from tierlake.server.gateway.auth import planauth
-from tierlake.server.gateway.auth.callparse import is_sys_call, parse_call
+from tierlake.server.gateway.auth.callparse import call_head, is_sys_call, parse_call
 from tierlake.server.gateway.routing.ddl import may_be_tiering_ddl, parse_tiered_create, parse_tiering_alter
 from tierlake.server.gateway.routing.fresh_ddl import may_change_table, spark_root, spark_table_change
 from tierlake.server.gateway.transport.protocol import LocalResult, SessionInfo
@@ -19,6 +25,9 @@ from tierlake.server.sqlapi.roles import TIERING
 from tierlake.server.tiering import ddl as tiered_ddl
 
 log = logging.getLogger("tierlake.calls")
+
+MAX_CALL_SIZE = "tierlake.gateway.max-call-size"
+DEFAULT_MAX_CALL_SIZE = 64 * 1024
 
 
 _ICEBERG_STATES = {
@@ -70,9 +79,11 @@ def parse_tiered_create_safe(statement: str):
 class CallHandler:
     """Answers ``CALL sys.<name>(...)``; every other statement goes to Spark."""
 
-    def __init__(self, registry: Registry, context_factory: Callable[[str | None], Context]):
+    def __init__(self, registry: Registry, context_factory: Callable[[str | None], Context],
+                 max_call_size: int = DEFAULT_MAX_CALL_SIZE):
         self.registry = registry
         self.context_factory = context_factory
+        self.max_call_size = max_call_size
 
     def wants(self, statement: str) -> bool:
         return is_sys_call(statement) or self.runs_ddl(statement)
@@ -156,12 +167,34 @@ class CallHandler:
         """``CREATE TABLE … TBLPROPERTIES('table.datalake.enabled'='true')`` (server/tiering/ddl.py, ``create``)."""
         return self._run(parse_tiered_create(statement), statement, user)
 
+    def _callable(self, statement: str):
+        """The procedure a CALL names, checked with its arity and the text's
+        size before a costly parse of its arguments (cheap refusals first):
+        the authoriser decides the role on the same reading (callparse.call_head)."""
+        head = call_head(statement)
+        if head is None:
+            if len(statement) <= self.max_call_size:
+                parse_call(statement)  # says what is wrong with it
+            raise SqlSyntaxError("cannot parse CALL: expected CALL sys.<procedure>(<arguments>)")
+        proc = self.registry.get(head.name)
+        if head.arguments > len(proc.params):
+            raise InvalidArgumentError(
+                f"{proc.qualified_name} takes at most {len(proc.params)} argument(s), got {head.arguments}; "
+                f"signature: {proc.signature()}")
+        size = len(statement.encode("utf-8", "surrogatepass"))
+        if size > self.max_call_size:
+            raise StatementTooLargeError(
+                f"CALL too large: {size} bytes; {MAX_CALL_SIZE} is {self.max_call_size} bytes")
+        return proc
+
     def call(self, statement: str, user: str | None = None) -> LocalResult:
         """Parse and run one CALL; also used in-process (Admin API, tests)."""
         started = time.monotonic()
         try:
+            proc = self._callable(statement)
             parsed = parse_call(statement)
-            proc = self.registry.get(parsed.name)
+            if parsed.name != proc.name:
+                raise SqlSyntaxError(f"cannot parse CALL: expected CALL sys.{proc.name}(<arguments>)")
             rows = proc.invoke(self.context_factory(user), parsed.args, parsed.kwargs)
         except TierlakeError as e:
             log.info("CALL failed (%s) in %.3fs: %s", type(e).__name__, time.monotonic() - started, e.message)

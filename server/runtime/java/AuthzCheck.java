@@ -64,10 +64,11 @@ public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, 
                     @Override
                     public BoxedUnit apply(LogicalPlan plan) {
                         String role = ROLES.get(session);
-                        if (role != null) {
-                            String refused = refusal(plan, role);
-                            if (refused != null) throw new SecurityException(refused);
-                        }
+                        // A session no role was bound to (development mode, the server's own) is
+                        // checked as admin's: what no role may run (XPath, reflection outside
+                        // REFLECTION_CLASSES) is refused there too.
+                        String refused = refusal(plan, role == null ? ADMIN : role);
+                        if (refused != null) throw new SecurityException(refused);
                         return BoxedUnit.UNIT;
                     }
                 };
@@ -154,9 +155,36 @@ public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, 
         return "USE of catalog " + catalog + " (another catalog than " + SESSION_CATALOG + ")";
     }
 
+    /**
+     * The classes {@code reflect}, {@code java_method} and {@code try_reflect} may call, for every
+     * role: pure functions of their arguments (and Thread.sleep, which a statement deadline
+     * interrupts). Anything else (System.exit, Runtime, process
+     * creation, properties, threads) could end or take over the JVM that serves everyone, so
+     * it is refused whoever asks (issue 51, "one life").
+     */
+    static final java.util.Set<String> REFLECTION_CLASSES = java.util.Collections.unmodifiableSet(
+        new java.util.TreeSet<>(java.util.Arrays.asList(
+            "java.lang.Boolean", "java.lang.Byte", "java.lang.Character", "java.lang.Double", "java.lang.Float",
+            "java.lang.Integer", "java.lang.Long", "java.lang.Math", "java.lang.Short", "java.lang.StrictMath",
+            "java.lang.String", "java.lang.Thread", "java.net.URLDecoder", "java.net.URLEncoder", "java.util.UUID")));
+
+    /** Why a call by reflection may not run (for any role), or null when its class is allowed. */
+    private static String reflection(Expression e) {
+        if (!(e instanceof org.apache.spark.sql.catalyst.expressions.CallMethodViaReflection)) return null;
+        scala.collection.Seq<Expression> args = e.children();
+        Object cls = args.size() > 0 && args.apply(0).foldable() ? args.apply(0).eval(null) : null;
+        Object method = args.size() > 1 && args.apply(1).foldable() ? args.apply(1).eval(null) : null;
+        String target = cls == null ? null : cls.toString();
+        if (target != null && REFLECTION_CLASSES.contains(target)) return null;
+        return "NOBODY:a JVM method called by reflection (" + target + (method == null ? "" : "." + method)
+            + "; reflect may call " + String.join(", ", REFLECTION_CLASSES) + ")";
+    }
+
     private static String function(Expression e, String role) {
         String name = simple(e);
         if (name.startsWith("XPath")) return "NOBODY:" + name + " (XML functions fetch what a document names)";
+        String reflected = reflection(e);
+        if (reflected != null) return reflected;
         if (ADMIN.equals(role)) return null;
         if (name.equals("CallMethodViaReflection") || name.equals("TryReflect")) {
             return "a JVM method called by reflection";

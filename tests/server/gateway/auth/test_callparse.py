@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from tierlake.server.exceptions import SqlSyntaxError
-from tierlake.server.gateway.auth.callparse import is_sys_call, parse_call
+from tierlake.server.gateway.auth.callparse import call_head, is_sys_call, parse_call
 from tierlake.server.sqlapi.types import SqlMap, SqlStruct
 
 FIXTURES = Path(__file__).parents[3] / "fixtures" / "calls"
@@ -60,3 +60,48 @@ def test_deep_nesting_is_a_syntax_error_not_a_crash():
     depth = 3000
     with pytest.raises(SqlSyntaxError, match="nested too deeply|cannot parse"):
         parse_call("CALL sys.x(" + "array(" * depth + ")" * depth + ")")
+
+
+@pytest.mark.parametrize("statement,expected", list(_cases("valid.txt")))
+def test_the_head_reads_what_the_parse_reads(statement, expected):
+    # The authoriser decides a CALL's role on call_head's name and the handler
+    # refuses what call_head cannot read: the two readings must agree on every
+    # CALL the parser accepts.
+    call = parse_call(statement)
+    head = call_head(statement)
+    assert head is not None, statement
+    assert (head.name, head.arguments) == (call.name, len(call.args) + len(call.kwargs))
+
+
+@pytest.mark.parametrize(
+    "statement,expected",
+    [
+        ("CALL sys.v('a,b', \"c)d\", `e,f`)", ("v", 3)),
+        ("CALL sys.v(/* , ) */ 1 -- , )\n, 2)", ("v", 2)),
+        ("CALL sys.v(array(1, 2), map('k', named_struct('a', 1)))", ("v", 2)),
+        ("CALL sys.v('it\\'s, quoted')", ("v", 1)),
+        ("CALL sys . `v` ( )", ("v", 0)),
+        ("CALL sys.v(1);;", ("v", 1)),
+        ("CALL sys.v(1", None),
+        ("CALL sys.v(1) trailing", None),
+        ("CALL sys.v('open", None),
+        ("CALL other.v()", None),
+        ("CALL sys.v", None),
+        ("SELECT 1", None),
+    ],
+)
+def test_call_head(statement, expected):
+    head = call_head(statement)
+    assert (None if head is None else (head.name, head.arguments)) == expected
+
+
+def test_the_head_of_a_megabyte_call_is_read_without_a_tokenizer(monkeypatch):
+    import sqlglot
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("tokenized")
+
+    monkeypatch.setattr(sqlglot.Dialect, "tokenize", refuse)
+    monkeypatch.setattr(sqlglot.tokens.Tokenizer, "tokenize", refuse)
+    head = call_head("CALL sys.version(array(" + ",".join(["1"] * 500_000) + "))")
+    assert (head.name, head.arguments) == ("version", 1)
