@@ -22,6 +22,7 @@ from tierlake.server.gateway.routing.ingest import IngestHandler
 from tierlake.server.gateway.routing.sys_reads import SysReads
 from tierlake.server.gateway.transport.server import Gateway
 from tierlake.server.ingest import ledger
+from tierlake.server.ingest.request_ids import RequestKeys
 from tierlake.server.ingest.writer import StreamWriter
 from tierlake.server.maintenance.kv_tables import KvMaintenance
 from tierlake.server.observability import metrics, sources
@@ -245,7 +246,7 @@ class Server:
                          max_age_s=self.config.duration("tierlake.gateway.status-cache.max-age").total_seconds(),
                          enabled=self.config.flag("tierlake.gateway.status-cache"))
         return IngestHandler(reads, lambda: self.gateway.authorizer.sessions if self.gateway else None,
-                             StreamWriter())
+                             StreamWriter(), RequestKeys.load(self.config.home))
 
     def _session_opened(self, guid: bytes, secret: bytes) -> None:
         """Every JDBC session is its own SparkSession: give it the UDFs before its client can use it."""

@@ -316,6 +316,21 @@ class WriteOutcomeUnknownError(TierlakeError):
     error_code = 2203
 
 
+class InvalidRequestIdError(InvalidArgumentError):
+    """A ``tierlake.write.request-id`` refused at ``SET``: longer than 256 characters, or with a
+    control, format (bidi), line or paragraph separator character (Unicode Cc, Cf, Zl, Zp)."""
+
+    sqlstate = "22023"
+    error_code = 2205
+
+
+class UnknownSettingError(TierlakeError):
+    """``SET`` of a ``tierlake.*`` key that is not a session setting (a close one is suggested)."""
+
+    sqlstate = "42704"
+    error_code = 2014
+
+
 class InvalidHandleError(TierlakeError):
     """A session or operation handle that is not one of the caller's own:
     unknown, closed, or opened on another client connection. Such a request

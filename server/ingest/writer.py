@@ -17,9 +17,12 @@ instead of relaying it to Spark's Thrift Server:
    Iceberg transaction; a query as a Spark job holding the table's commit
    lock. The call returns once the commit holding the rows landed.
 
-A write tagged with the session setting ``tierlake.write.request-id``
-writes nothing if that id is already in one of the table's snapshots; the
-setting is cleared once a write used it.
+A write tagged with a request id (server/ingest/request_ids.py: the
+gateway hands the write the key of the session's ``tierlake.write.request-id``
+and its user) writes nothing if that key is already committed to the table:
+checked under the table's commit lock, for values and queries alike. A write
+whose client cancels it or goes away (:mod:`tierlake.server.runtime.operations`)
+is dropped unless its commit already began.
 """
 
 from __future__ import annotations
@@ -33,18 +36,20 @@ from tierlake.server.catalog.properties import WRITE_REQUEST_ID
 from tierlake.server.catalog.spec import CHANGE_TYPE, CHANGE_TYPES, TieredSpec
 from tierlake.server.exceptions import (
     AmbiguousChangesError,
-    InvalidArgumentError,
     InvalidChangeTypeError,
     NullKeyError,
+    OperationCancelledError,
     WriteOutcomeUnknownError,
 )
+from tierlake.server.runtime import operations
 from tierlake.server.runtime.javaext import STREAM_INGEST
 from tierlake.server.runtime.jvm import jclass
 
 log = logging.getLogger("tierlake.ingest")
 
 REQUEST_ID = WRITE_REQUEST_ID
-MAX_REQUEST_ID = 256
+# StreamIngest.CANCELLED: a write dropped before its commit began.
+_CANCELLED = "tierlake: cancelled before its commit"
 # Prefixes of the errors a query's checks raise inside Spark (raise_error):
 # found again in Spark's exception text to give the client the typed error.
 _BAD_CHANGE = "tierlake: bad _change_type: "
@@ -61,7 +66,8 @@ class Staged:
     spec: TieredSpec
     local: bool  # plain values: written without a Spark job
     rows: int  # rows of a local statement, -1 for a query
-    request_id: str | None  # the session's tierlake.write.request-id
+    request_id: str | None = None  # the session's tierlake.write.request-id (set by the gateway)
+    request_key: str | None = None  # what it is recorded under (request_ids.RequestKeys.key)
 
     @property
     def short_name(self) -> str:
@@ -73,13 +79,6 @@ class Staged:
 class WriteResult:
     rows: int  # rows written; 0 for a query (Spark does not count them here) or a duplicate
     duplicate: bool  # the request id was already committed: nothing written
-
-
-def check_request_id(value: str | None) -> None:
-    if value is not None and (len(value) > MAX_REQUEST_ID or any(ord(ch) < 32 for ch in value)):
-        raise InvalidArgumentError(
-            f"{REQUEST_ID} must be at most {MAX_REQUEST_ID} characters with no control characters; "
-            f"got {len(value)} characters")
 
 
 class StreamWriter:
@@ -112,14 +111,19 @@ class StreamWriter:
             if len(self._specs) > 1024:
                 self._specs.clear()
             self._specs[cache_key] = spec
-        return Staged(jstaged, described["name"], spec, bool(described["local"]), int(described["rows"]),
-                      described["requestId"])
+        return Staged(jstaged, described["name"], spec, bool(described["local"]), int(described["rows"]))
 
     def write(self, staged: Staged) -> WriteResult:
-        """Check and commit ``staged``; returns once its commit landed."""
-        check_request_id(staged.request_id)
+        """Check and commit ``staged``; returns once its commit landed. A cancel of the
+        statement running on this thread (operations.current) drops it unless its
+        commit already began."""
         spec = staged.spec
         name = staged.short_name
+        if staged.request_id is not None and staged.request_key is None:
+            raise AssertionError("a request id without its key")  # the gateway computes it (request_ids)
+        staged.jstaged.requestKey(staged.request_key)
+        control = operations.current()
+        unregister = control.on_cancel(staged.jstaged.cancel) if control is not None else (lambda: None)
         try:
             outcome = str(staged.jstaged.commit(
                 CHANGE_TYPE if spec.is_primary_key else None, "\n".join(spec.primary_key), spec.sequence_by,
@@ -128,6 +132,8 @@ class StreamWriter:
                 f"({', '.join(spec.primary_key)}); key columns must not be NULL"))
         except Exception as e:
             raise self._typed(e, name) from e
+        finally:
+            unregister()
         kind, _, detail = outcome.partition("\t")
         if kind == "ok":
             return WriteResult(int(detail), False)
@@ -155,6 +161,8 @@ class StreamWriter:
     @staticmethod
     def _typed(e: Exception, name: str) -> Exception:
         text = str(e)
+        if _CANCELLED in text:
+            return OperationCancelledError(f"INSERT into {name} was cancelled before its commit: nothing was written")
         for marker, cls in ((_BAD_CHANGE, InvalidChangeTypeError), (_NULL_KEY, NullKeyError)):
             at = text.find(marker)
             if at >= 0:

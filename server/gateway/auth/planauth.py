@@ -181,6 +181,9 @@ def reader_may_set(key: str, value: str | None) -> bool:
 # Session settings a writer may change: the request id of its next write to a
 # stream table (server/ingest/writer.py).
 WRITER_SETTINGS = frozenset({WRITE_REQUEST_ID})
+# Every other SET or RESET of a tierlake.* key is answered by the gateway itself with an error (unknown
+# setting, did you mean …; routing/ingest.py): it never reaches Spark's conf, so any role may send it.
+TIERLAKE_PREFIX = "tierlake."
 # Never changed by anyone: Spark would substitute ${…} in statement text
 # after the gateway authorised it.
 FORBIDDEN_SETTINGS = frozenset({"spark.sql.variable.substitute", "spark.sql.variable.substitute.depth"})
@@ -409,6 +412,11 @@ def _setting(node: Node) -> tuple[str | None, str | None]:
     return key, value
 
 
+def setting_of(node: Node) -> tuple[str | None, str | None]:
+    """A SetCommand's or ResetCommand's key (lower-cased; None: all) and value (None: none given)."""
+    return _setting(node)
+
+
 def setting_requirement(key: str | None, value: str | None) -> Requirement:
     """Who may set session setting ``key`` to ``value`` (key None: show settings; value None: show one)."""
     if SUBSTITUTION in (key or "") or SUBSTITUTION in (value or ""):
@@ -424,6 +432,8 @@ def setting_requirement(key: str | None, value: str | None) -> Requirement:
         return Requirement(R.READER, "SET")
     if key in WRITER_SETTINGS:
         return Requirement(R.WRITER, f"SET {key}")
+    if key.startswith(TIERLAKE_PREFIX):
+        return Requirement(R.READER, "SET")  # refused by the gateway with its reason (routing/ingest.py)
     if key.isascii() and key in READER_SETTINGS:
         return Requirement(R.ADMIN, f"SET {key} to {value[:40]!r} (beyond what a reader may set it to)")
     return Requirement(R.ADMIN, f"SET {key}")
@@ -499,7 +509,8 @@ def _node_requirement(plan: Plan, node: Node, current_db: str, builtins: frozens
         key, _ = _setting(node)
         if key in FORBIDDEN_SETTINGS:
             return Requirement(NOBODY, f"RESET {key}")
-        return Requirement(R.READER if key is None or key in READER_SETTINGS else R.ADMIN, "RESET")
+        answered = key is not None and key.startswith(TIERLAKE_PREFIX)  # by the gateway (routing/ingest.py)
+        return Requirement(R.READER if key is None or key in READER_SETTINGS or answered else R.ADMIN, "RESET")
     if name in WRITE_NODES:
         verb = {"InsertIntoStatement": "INSERT", "MergeIntoTable": "MERGE", "UpdateTable": "UPDATE",
                 "DeleteFromTable": "DELETE"}[name]

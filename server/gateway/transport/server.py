@@ -44,6 +44,7 @@ from tierlake.server.gateway.auth.requestcheck import (
 )
 from tierlake.server.gateway.results import build_row_set, empty_log_row_set, parse_columns, table_schema
 from tierlake.server.gateway.transport import errors, rawmethods
+from tierlake.server.gateway.transport.liveness import PeerWatch
 from tierlake.server.gateway.transport.protocol import (
     DEFAULT_MAX_MESSAGE,
     DEFAULT_MAX_REQUEST,
@@ -690,7 +691,13 @@ class _Connection:
                              name=f"tierlake-statement-{guid.hex()[:8]}").start()
             op.done.wait(ASYNC_GRACE_S)
         else:
-            self._execute_local(op, statement, session)
+            # This thread reads nothing until the statement ends: a client that goes away
+            # meanwhile is noticed by the peer watch, which cancels the statement (liveness.py).
+            token = self.gateway.peer_watch.watch(self.sock, op.control)
+            try:
+                self._execute_local(op, statement, session)
+            finally:
+                self.gateway.peer_watch.unwatch(token)
         if op.done.is_set() and op.failure is not None:
             self.operations.pop(guid, None)
             return ttypes.TExecuteStatementResp(status=op.failure)
@@ -906,6 +913,7 @@ class Gateway:
         self._lock = threading.Lock()
         self._connections: dict[_Connection, threading.Thread] = {}
         self._counter = 0
+        self.peer_watch = PeerWatch()  # synchronous local statements whose client went away are cancelled
 
     @property
     def connection_count(self) -> int:
@@ -988,6 +996,7 @@ class Gateway:
         if self._sock is None and not self._draining.is_set():
             return
         self._stop_accepting(timeout)
+        self.peer_watch.stop()
         with self._lock:
             connections = list(self._connections.items())
         for conn, _ in connections:

@@ -278,14 +278,17 @@ public final class StreamIngest {
         private final Table table;
         private final LogicalPlan query;
         private final List<InternalRow> rows;
-        private final String requestId;
+        /** The key this write is recorded under (server/ingest/request_ids.py), or null: set by the gateway. */
+        private volatile String requestId;
+        /** The client went away: not committed unless its commit already began. */
+        private volatile boolean cancelled;
+        private volatile Pending pending;
+        private final String jobGroup = "tierlake-insert-" + UUID.randomUUID();
 
         Staged(SparkSession session, AppendData append, Table table) {
             this.session = session;
             this.append = append;
             this.table = table;
-            String id = session.sessionState().conf().getConfString(REQUEST_ID, null);
-            this.requestId = id == null || id.isEmpty() ? null : id;
             // Spark adds AssertNotNull for NOT NULL key columns; the checks
             // below report NULL keys with their count instead of its error.
             this.query = stripAssertNotNull(append.query());
@@ -297,6 +300,27 @@ public final class StreamIngest {
          * {@code local} (values written without a Spark job), {@code rows} (-1 for a
          * query) and {@code requestId} (the session's {@value #REQUEST_ID}, or null).
          */
+        /** Tag this write with its request key (null: untagged). */
+        public void requestKey(String key) {
+            this.requestId = key == null || key.isEmpty() ? null : key;
+        }
+
+        /**
+         * Cancel this write (the client cancelled it or went away): a statement still
+         * waiting for the table's lock is dropped, a query's Spark job is cancelled. A
+         * commit already under way lands; a retry with the same request id finds it.
+         */
+        public void cancel() {
+            cancelled = true;
+            Pending p = pending;
+            if (p != null) {
+                p.cancelled = true;
+            }
+            if (rows == null) {
+                session.sparkContext().cancelJobGroup(jobGroup);
+            }
+        }
+
         public String describe() throws com.fasterxml.jackson.core.JsonProcessingException {
             Map<String, Object> out = new LinkedHashMap<>();
             out.put("name", table.name());
@@ -494,9 +518,6 @@ public final class StreamIngest {
                 return refused;
             }
             long written = commitChecked(changeType, split(keyNames), changeTypeMessage, nullKeyMessage);
-            if (requestId != null) {
-                session.sessionState().conf().unsetConf(REQUEST_ID);  // one id names one write
-            }
             return written < 0 ? "duplicate" : "ok\t" + written;
         }
 
@@ -506,18 +527,36 @@ public final class StreamIngest {
             if (requestId != null && committer.committed(requestId)) {
                 return -1;
             }
+            if (cancelled) {
+                throw new IllegalStateException(CANCELLED);
+            }
             if (rows != null) {
                 Set<String> keySet = keys.length == 0 ? null : keyValues(table.schema(), rows, keys);
-                return committer.commitFiles(new Pending(rows, table, requestId, keySet), table);
+                Pending p = new Pending(rows, table, requestId, keySet);
+                pending = p;
+                p.cancelled = cancelled;
+                return committer.commitFiles(p, table);
             }
             LogicalPlan checked = checkedQuery(changeType, keys, changeTypeMessage, nullKeyMessage);
-            return committer.runQuery(() -> {
+            // The request id is checked again under the lock: a retry waits for the first attempt's query.
+            return committer.runQuery(requestId, () -> cancelled, () -> {
                 Map<String, String> props = requestId == null
                         ? Collections.emptyMap() : Collections.singletonMap(REQUEST_ID, requestId);
-                CommitMetadata.withCommitProperties(props, () -> {
-                    Dataset.ofRows(session, append.withNewQuery(checked));
-                    return null;
-                }, RuntimeException.class);
+                org.apache.spark.SparkContext sc = session.sparkContext();
+                sc.setJobGroup(jobGroup, "tierlake INSERT into " + table.name(), true);
+                try {
+                    CommitMetadata.withCommitProperties(props, () -> {
+                        Dataset.ofRows(session, append.withNewQuery(checked));
+                        return null;
+                    }, RuntimeException.class);
+                } catch (RuntimeException e) {
+                    if (cancelled) {
+                        throw new IllegalStateException(CANCELLED, e);
+                    }
+                    throw e;
+                } finally {
+                    sc.clearJobGroup();
+                }
             });
         }
 
@@ -550,6 +589,9 @@ public final class StreamIngest {
         }
     }
 
+    /** The message of a write cancelled before its commit began (the Python side's OperationCancelledError). */
+    static final String CANCELLED = "tierlake: cancelled before its commit";
+
     static final Set<String> VALID_CHANGE_TYPES = new HashSet<>(List.of("+I", "-U", "+U", "-D"));
 
     private static final class Pending {
@@ -564,6 +606,8 @@ public final class StreamIngest {
         volatile boolean done;
         volatile long result;
         volatile RuntimeException failure;
+        /** Its client went away: dropped unless its group's commit already began. */
+        volatile boolean cancelled;
 
         Pending(List<InternalRow> data, Table analysed, String requestId, Set<String> keys) {
             this.data = data;
@@ -667,7 +711,11 @@ public final class StreamIngest {
             prune();
         }
 
-        /** Forget ids older than the retention (at most ten times per retention). */
+        /**
+         * Forget ids older than the retention whose snapshot is gone (at most ten times
+         * per retention): an id is remembered for as long as the snapshot that committed
+         * it is kept, and at least the retention.
+         */
         private void prune() {
             long now = System.currentTimeMillis();
             if (now - lastPrune < Math.max(1000L, retentionMs / 10)) {
@@ -676,6 +724,16 @@ public final class StreamIngest {
             lastPrune = now;
             long floor = now - retentionMs;
             requestIds.values().removeIf(t -> t < floor);
+            if (indexed != null) {
+                for (Snapshot s : indexed.snapshots()) {
+                    String ids = s.summary() == null ? null : s.summary().get(REQUEST_ID);
+                    if (ids != null) {
+                        for (String id : ids.split("\n")) {
+                            requestIds.merge(id, s.timestampMillis(), Math::max);
+                        }
+                    }
+                }
+            }
         }
 
         /** The newer of the committer's table and a statement's freshly analysed copy. */
@@ -707,10 +765,24 @@ public final class StreamIngest {
             return pending.result;
         }
 
-        long runQuery(Body body) {
+        /**
+         * Run a query's write under the lock: -1 when {@code requestId} (may be null) is
+         * committed by then, nothing run; the cancel check is made once the lock is held.
+         */
+        long runQuery(String requestId, java.util.function.BooleanSupplier cancelled, Body body) {
             lock.lock();
             try {
                 commitQueued();
+                if (requestId != null) {
+                    table.refresh();
+                    index(current(table));
+                    if (requestIds.containsKey(requestId)) {
+                        return -1;
+                    }
+                }
+                if (cancelled.getAsBoolean()) {
+                    throw new IllegalStateException(CANCELLED);
+                }
                 COMMITTING.set(Boolean.TRUE);
                 try {
                     body.run();
@@ -739,7 +811,10 @@ public final class StreamIngest {
                 index(current(table));
                 Set<String> seen = new HashSet<>();
                 for (Pending p : batch) {
-                    if (p.requestId != null && requestIds.containsKey(p.requestId)) {
+                    if (p.cancelled) {
+                        p.failure = new IllegalStateException(CANCELLED);  // never written
+                        p.done = true;
+                    } else if (p.requestId != null && requestIds.containsKey(p.requestId)) {
                         p.result = -1;  // a retry of a committed write: nothing is written
                         p.done = true;
                     } else if (p.requestId != null && !seen.add(p.requestId)) {

@@ -5,6 +5,7 @@ from __future__ import annotations
 from tierlake.server.gateway.routing import ingest as gateway_ingest
 from tierlake.server.gateway.routing.ingest import IngestHandler
 from tierlake.server.gateway.transport.protocol import LocalResult, SessionInfo
+from tierlake.server.ingest.request_ids import RequestKeys
 
 
 class Inner:
@@ -34,6 +35,7 @@ class StagedWrite(tuple):
     """What the fake writer stages: compares as a tuple, names its table like ingest.writer.Staged."""
 
     table = "spark_catalog.db.stream"
+    request_id = request_key = None
 
 
 class Writer:
@@ -59,7 +61,7 @@ def session(n=1):
 
 def handler():
     inner, writer = Inner(), Writer()
-    return IngestHandler(inner, lambda: Sessions(), writer), inner, writer
+    return IngestHandler(inner, lambda: Sessions(), writer, RequestKeys(b"k" * 32)), inner, writer
 
 
 def test_an_insert_into_a_stream_table_is_written_here():
@@ -89,16 +91,19 @@ def test_a_staged_statement_belongs_to_its_session_and_the_memory_is_bounded(mon
     h, inner, writer = handler()
     a, b = session(1), session(2)
     assert h.wants_for("INSERT INTO db.stream VALUES (1)", a)
-    # The same text in another session is not the first session's write.
+    # The same text in another session is not the first session's write: analysed again in its own session.
     h.execute("INSERT INTO db.stream VALUES (1)", b)
-    assert inner.executed == ["INSERT INTO db.stream VALUES (1)"] and writer.written == []
+    assert writer.staged[-1][0] == "jsession-" + b.session_guid.hex()
+    assert inner.executed == [] and len(writer.written) == 1
     h.session_closed(a.session_guid)
-    h.execute("INSERT INTO db.stream VALUES (1)", a)
-    assert writer.written == []
+    assert h._staged == {}
     monkeypatch.setattr(gateway_ingest, "MAX_STAGED", 3)
     for n in range(10):
         h.wants_for(f"INSERT INTO db.stream VALUES ({n})", a)
     assert len(h._staged) == 3
+    # One forgotten at the bound is analysed again when it runs: never relayed around the committer.
+    h.execute("INSERT INTO db.stream VALUES (0)", a)
+    assert inner.executed == [] and writer.written[-1] == ("staged", "INSERT INTO db.stream VALUES (0)")
 
 
 def test_the_authorisers_parse_is_analysed_not_the_text_again():
@@ -115,3 +120,92 @@ def test_the_authorisers_parse_is_analysed_not_the_text_again():
     other = planauth.Plan(nodes={0: planauth.Node(0, -1, "P", "org.apache.spark.sql.catalyst.plans.logical.Project")})
     planauth.remember("INSERT INTO db.stream SELECT 1", other)  # Spark's parse says: not an INSERT
     assert h.wants_for("INSERT INTO db.stream SELECT 1", s) is False
+
+
+def test_two_identical_statements_of_one_session_both_go_to_the_committer():
+    """The suspicion of issue 50: an asynchronous client sends the same INSERT twice in one session,
+    the second analysed before the first one's thread picked its analysis up. Each run takes one
+    analysis; neither is handed to the next handler (which would run it outside the committer)."""
+    h, inner, writer = handler()
+    s = session()
+    text = "INSERT INTO db.stream VALUES (1)"
+    assert h.wants_for(text, s) and h.wants_for(text, s)
+    h.execute(text, s)
+    h.execute(text, s)
+    assert inner.executed == [] and len(writer.written) == 2
+    assert h._staged == {}
+
+
+def set_plan(text, key, value=None, node="SetCommand"):
+    from tierlake.server.gateway.auth import planauth
+
+    strings = [key] if value is None else [key, value]
+    root = planauth.Node(0, -1, "P", f"org.apache.spark.sql.execution.command.{node}", strings=strings)
+    planauth.remember(text, planauth.Plan(nodes={0: root}))
+    return text
+
+
+def insert_plan(text):
+    from tierlake.server.gateway.auth import planauth
+
+    insert = planauth.Node(0, -1, "P", "org.apache.spark.sql.catalyst.plans.logical.InsertIntoStatement")
+    planauth.remember(text, planauth.Plan(nodes={0: insert}, java="parsed"))
+    return text
+
+
+def run(h, text, s):
+    assert h.wants_for(text, s)
+    return h.execute(text, s)
+
+
+def test_the_request_id_is_kept_by_the_gateway_and_tags_the_next_statement_only():
+    h, inner, writer = handler()
+    s = session()
+    result = run(h, set_plan("SET `tierlake.write.request-id`=abc", "tierlake.write.request-id", "abc"), s)
+    assert result.rows == [("tierlake.write.request-id", "abc")]
+    assert h.request_id(s.session_guid) == "abc"
+    # Another SET does not take it; the next statement does, whatever it is.
+    set_plan("SET spark.sql.ansi.enabled=true", "spark.sql.ansi.enabled", "true")
+    assert h.wants_for("SET spark.sql.ansi.enabled=true", s) is False
+    assert h.request_id(s.session_guid) == "abc"
+    assert h.wants_for(insert_plan("INSERT INTO db.plain VALUES (1)"), s) is False
+    assert h.request_id(s.session_guid) is None
+    run(h, insert_plan("INSERT INTO db.stream VALUES (2)"), s)
+    assert writer.written[-1].request_key is None  # the plain table's INSERT took the id
+    run(h, set_plan("SET `tierlake.write.request-id`=abc", "tierlake.write.request-id", "abc"), s)
+    run(h, insert_plan("INSERT INTO db.stream VALUES (3)"), s)
+    tagged = writer.written[-1]
+    assert tagged.request_id == "abc" and tagged.request_key.startswith("k1:") and "abc" not in tagged.request_key
+    # Scoped by user: another user's key for the same id differs.
+    other = SessionInfo(user="v", session_guid=b"\x09" * 16, protocol_version=9, client_address="x:1",
+                        secret=b"s" * 16)
+    run(h, set_plan("SET `tierlake.write.request-id`=abc", "tierlake.write.request-id", "abc"), other)
+    run(h, insert_plan("INSERT INTO db.stream VALUES (3)"), other)
+    assert writer.written[-1].request_key != tagged.request_key
+    # RESET forgets it; SET key shows it.
+    run(h, set_plan("SET `tierlake.write.request-id`=x", "tierlake.write.request-id", "x"), s)
+    assert run(h, set_plan("SET `tierlake.write.request-id`", "tierlake.write.request-id"), s).rows == [
+        ("tierlake.write.request-id", "x")]
+    run(h, set_plan("RESET `tierlake.write.request-id`", "tierlake.write.request-id", node="ResetCommand"), s)
+    assert h.request_id(s.session_guid) is None
+
+
+def test_bad_request_ids_and_unknown_tierlake_settings_are_refused_at_set():
+    import pytest
+
+    from tierlake.server.exceptions import InvalidRequestIdError, UnknownSettingError
+
+    h, inner, writer = handler()
+    s = session()
+    for bad in ["x" * 257, "a\u2028b", "a\u0085b", "a\u007fb", "a\u202eb", "a\tb", "a\u200bb"]:
+        text = set_plan(f"SET `tierlake.write.request-id`={bad}", "tierlake.write.request-id", bad)
+        with pytest.raises(InvalidRequestIdError):
+            run(h, text, s)
+        assert h.request_id(s.session_guid) is None
+    run(h, set_plan("SET `tierlake.write.request-id`=" + "é" * 256, "tierlake.write.request-id", "é" * 256), s)
+    assert h.request_id(s.session_guid) == "é" * 256
+    with pytest.raises(UnknownSettingError, match="did you mean tierlake.write.request-id"):
+        run(h, set_plan("SET `tierlake.write.requestid`=abc", "tierlake.write.requestid", "abc"), s)
+    with pytest.raises(UnknownSettingError, match="server setting"):
+        run(h, set_plan("SET tierlake.master=local", "tierlake.master", "local"), s)
+    assert inner.executed == []

@@ -37,8 +37,10 @@ def test_request_ids_outlive_the_stream_snapshots_maintenance_expires(server, wo
         # Another application's write carries its id in its snapshot only; the
         # plain inserts after it push it out of the newest three, so it is
         # expired before the gateway's committer ever indexed it.
+        # (It tags its write with the key the gateway records tester's id "external-1" under.)
+        keys = server.gateway.handler._keys
         (spark.createDataFrame([(100,)], "id BIGINT").writeTo(table)
-         .option("snapshot-property.tierlake.write.request-id", "external-1").append())
+         .option("snapshot-property.tierlake.write.request-id", keys.key("tester", "external-1")).append())
         for n in range(4):
             spark.sql(f"INSERT INTO {table} VALUES ({200 + n})")
         make_due(server, table)
@@ -50,7 +52,8 @@ def test_request_ids_outlive_the_stream_snapshots_maintenance_expires(server, wo
 
         ledger = spark.sql("SELECT request_id FROM sys.write_requests WHERE table_uuid = "
                            f"'{iceberg_table(spark, table).uuid()}'").collect()
-        assert {r.request_id for r in ledger} == {f"batch-{n}" for n in range(8)} | {"external-1"}
+        assert {r.request_id for r in ledger} == {keys.key("tester", f"batch-{n}") for n in range(8)} | {
+            keys.key("tester", "external-1")}
         # Retries of expired writes: the committer that saw them, and the one that never did.
         send(cursor, table, "batch-0", 0)
         send(cursor, table, "external-1", 100)
