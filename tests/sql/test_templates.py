@@ -145,6 +145,31 @@ def test_rendered_sql_parses(case):
     assert sqlglot.parse_one(sql.render_checked(template, **context), read="spark") is not None
 
 
+# Names a template may use that are not in tierlake's reserved namespace: the user's own (the cases' columns,
+# tables and views), the metadata tables' columns, and the changelog check's result columns (read by name,
+# from relations holding reserved names only).
+_NOT_GENERATED = {"problem", "detail", "position", "rows", "total", "file_path", "sequence_number", "bucket",
+                  "record_count", "file_size_in_bytes", "null_keys"}
+
+
+@pytest.mark.parametrize("case", sorted(c for c in CASES if not c.startswith("call")))
+def test_every_generated_name_is_reserved(case):
+    """Every alias a template makes up (tables, subqueries, CTEs, windows, helper columns) starts with
+    ``__tierlake``, a prefix no user column may take (docs/tiering.md, "Reserved names")."""
+    template, context = CASES[case]
+    tree = sqlglot.parse_one(sql.render_checked(template, **context), read="spark")
+    user = {str(c.name if isinstance(c, Column) else c).lower() for c in context.get("columns", [])}
+    user |= {str(k).lower() for k in [*(context.get("keys") or []), *(context.get("out_names") or []),
+                                      context.get("change_type") or ""]}
+    made = {a.name for a in tree.find_all(sqlglot.exp.TableAlias) if a.name}
+    made |= {a.alias for a in tree.find_all(sqlglot.exp.Alias)}
+    made |= {w.alias for w in tree.find_all(sqlglot.exp.Window) if isinstance(w.alias, str) and w.alias}
+    made |= {w.this.name for w in tree.find_all(sqlglot.exp.WindowSpec) if isinstance(w.this, sqlglot.exp.Identifier)}
+    stray = sorted(n for n in made if not n.lower().startswith("__tierlake") and n.lower() not in user
+                   and n.lower() not in _NOT_GENERATED)
+    assert stray == [], f"{case}: generated names outside the reserved namespace: {stray}"
+
+
 def test_identifiers_cannot_break_out():
     text = sql.render("templates/tiering_log_append.sql.j2", target=["d", "t` ; DROP TABLE x; --"],
                       delta="v", columns=["c"])
