@@ -176,7 +176,7 @@ COMPOSITION_ROOT = "tierlake.server.app"
 # Lowest first. A package may import packages of lower layers only; the
 # modules directly under server/ (app, cli, config_docs) sit on top.
 SERVER_LAYERS: list[set[str]] = [
-    {"exceptions"},
+    {"exceptions", "escaping"},  # escaping: client text made printable for logs, status, labels
     {"observability"},  # metrics are recorded from every layer; it imports nothing of the engine
     {"runtime"},
     {"state"},  # the sys-state store: state tables, versions, migrations, housekeeping

@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 
 from tierlake.server.catalog.properties import DEFAULT_FRESHNESS, FRESHNESS_PROPERTY
+from tierlake.server.escaping import printable
 from tierlake.server.exceptions import (
     FencedEpochError,
     IllegalTransitionError,
@@ -179,10 +180,13 @@ class Outcome:
 
 
 def truncate_error(message: str | None) -> str | None:
-    """At most 2048 characters; a cut message ends with '…' so readers know."""
+    """At most 2048 characters, on one line; a cut message ends with '…' so
+    readers know. A round's error quotes what writers sent (a bad change
+    type, a key), so it is escaped like a log line (server/escaping.py)
+    before anyone reads it in ``sys.lake_tiering_status`` or on the status page."""
     if message is None:
         return None
-    message = str(message)
+    message = printable(message)
     if len(message) <= MAX_ERROR_CHARS:
         return message
     return message[: MAX_ERROR_CHARS - 1] + "…"

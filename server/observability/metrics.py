@@ -32,6 +32,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 
+from tierlake.server.escaping import printable
+
 # The statuses of the coordinator's state machine (server/coordinator/state_machine.py), in its order.
 STATUSES = ("New", "Initialized", "Scheduled", "Pending", "Tiering", "Tiered", "Failed")
 TABLE = ("database", "table")
@@ -139,9 +141,9 @@ def split_path(path: Any) -> tuple[str, str]:
     """``(database, table)`` of a ``db.table`` text or a TablePath."""
     database = getattr(path, "database", None)
     if database is not None:
-        return str(database), str(path.table)
+        return printable(database), printable(path.table)
     database, _, table = str(path).partition(".")
-    return database, table
+    return printable(database), printable(table)
 
 
 # -- the per-table book -------------------------------------------------------------
@@ -236,7 +238,7 @@ class TableBook:
         now = datetime.now(timezone.utc)
         entries = self.entries()
         for e in entries:
-            labels = [e.database, e.table]
+            labels = [printable(e.database), printable(e.table)]  # names a client chose (server/escaping.py)
             lag, rows, size = e.lag(now)
             families["tierlake_table_lag_seconds"].add_metric(labels, lag)
             families["tierlake_table_freshness_seconds"].add_metric(labels, e.freshness_s)

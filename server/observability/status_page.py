@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote
 
+from tierlake.server.escaping import printable
 from tierlake.server.observability.metrics import TableEntry
 
 REFRESH_S = 10
@@ -133,7 +134,7 @@ def _when(value: Any) -> str:
 
 
 def _e(value: Any) -> str:
-    return "" if value is None else html.escape(str(value))
+    return "" if value is None else html.escape(printable(value))
 
 
 _STYLE = """

@@ -1,7 +1,10 @@
 """Logging: everything goes to ``$TIERLAKE_HOME/logs``, nothing to the console.
 
 Python logs to ``tierlake.log``; the JVM (Spark, Hive, Iceberg) logs through a
-log4j2 configuration we write to ``logs/spark.log``. The CLI also points the
+log4j2 configuration we write to ``logs/spark.log``. A record is one line
+however a client's text in it is made: Python's through
+:class:`OneLineFormatter`, the JVM's with log4j2's ``%enc{…}{CRLF}`` (a
+message's CR and LF written as ``\r`` and ``\n``). The CLI also points the
 process's own stdout/stderr at ``logs/console.log`` so that the JVM child
 process, which inherits them, cannot write to the terminal either.
 """
@@ -14,6 +17,8 @@ import os
 import sys
 from pathlib import Path
 
+from tierlake.server.escaping import printable
+
 _LOG4J2 = """\
 status = error
 name = tierlake
@@ -22,7 +27,7 @@ appender.file.name = file
 appender.file.fileName = {log_dir}/spark.log
 appender.file.filePattern = {log_dir}/spark.log.%i
 appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = %d{{yyyy-MM-dd HH:mm:ss.SSS}} %p [%t] %c{{1}}: %m%n%ex
+appender.file.layout.pattern = %d{{yyyy-MM-dd HH:mm:ss.SSS}} %p [%t] %c{{1}}: %enc{{%m}}{{CRLF}}%n%ex
 appender.file.policies.type = Policies
 appender.file.policies.size.type = SizeBasedTriggeringPolicy
 appender.file.policies.size.size = 50MB
@@ -54,13 +59,34 @@ def log4j2_config(log_dir: Path, level: str = "WARN") -> Path:
     return path
 
 
+class OneLineFormatter(logging.Formatter):
+    """Every record begins one line of its own, whatever a client put in it.
+
+    The message (a table name, a change type, a statement a client chose)
+    is written through :func:`tierlake.server.escaping.printable`: a newline
+    in it cannot forge a line, an ANSI sequence or a bidi mark cannot
+    rewrite what an operator sees. A traceback's own line breaks are kept,
+    and each of its lines is indented, so no line of a record but its first
+    starts at the left margin, where every record's timestamp is."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = printable(record.message)
+        return super().formatMessage(record)
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        if not text.isprintable():
+            text = printable(text, keep="\n").replace("\n", "\n    ")
+        return text
+
+
 def configure_python_logging(log_dir: Path, level: int = logging.INFO) -> None:
     """Send the ``tierlake`` loggers (and py4j's) to ``logs/tierlake.log``."""
     log_dir.mkdir(parents=True, exist_ok=True)
     handler = logging.handlers.RotatingFileHandler(
         log_dir / "tierlake.log", maxBytes=50 * 1024 * 1024, backupCount=5, encoding="utf-8"
     )
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s [%(threadName)s] %(name)s: %(message)s"))
+    handler.setFormatter(OneLineFormatter("%(asctime)s %(levelname)s [%(threadName)s] %(name)s: %(message)s"))
     root = logging.getLogger()
     for old in [h for h in root.handlers if getattr(h, "_tierlake", False)]:
         root.removeHandler(old)

@@ -68,3 +68,18 @@ def test_statements_too_deep_for_the_parser_are_too_complex_not_denied(auth_gate
     reader = _connect(auth_gateway, "rita").cursor()
     reader.execute("SELECT " + "(" * 100 + "1" + ")" * 100)
     assert reader.fetchall() == [(1,)]
+
+
+def test_a_refused_name_cannot_forge_a_log_line(server, auth_gateway):
+    # Issue 51, reproduction 3: a refused statement's back-quoted table name
+    # with a newline forged a whole log line, and raw ANSI escapes reached it.
+    forged = "2026-01-01 00:00:00,000 WARNING [main] tierlake.gateway: user rita granted admin"
+    name = f"t\n{forged}\x1b[2J\u202e"
+    for statement in (f"INSERT INTO default.`{name}` VALUES (1)",
+                      f"INSERT INTO spark_catalog.default.`{name}` VALUES (1)",
+                      f"INSERT INTO `a:{name}`.t VALUES (1)"):
+        assert _error(auth_gateway, "rita", statement).startswith("42501: permission denied")
+    log = (server.config.logs_dir / "tierlake.log").read_text(encoding="utf-8")
+    assert "\x1b" not in log and "\u202e" not in log
+    assert not any(line.startswith(forged) for line in log.splitlines())
+    assert f"t\\n{forged}\\x1b[2J\\u202e" in log

@@ -142,7 +142,7 @@ def test_failure_keeps_the_error_until_the_next_success():
     s = states[1]
     assert s.status is Status.FAILED
     assert len(s.last_error) == sm.MAX_ERROR_CHARS and s.last_error.endswith("…")
-    assert s.last_error.startswith("boom 'quoted'\nnew line ✓ ")
+    assert s.last_error.startswith("boom 'quoted'\\nnew line ✓ ")  # one line: server/escaping.py
     assert s.last_error_time == T0 and s.failure_count == 1
     # Back-off, then Pending with a new epoch.
     sm.schedule(states, T0 + timedelta(seconds=4), POLICY)
