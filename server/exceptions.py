@@ -72,6 +72,26 @@ class InvalidIdentifierError(InvalidArgumentError):
     error_code = 2005
 
 
+class ReservedNameError(InvalidArgumentError):
+    """A tiered table's column takes a name tierlake or Iceberg reserves: the ``__tierlake`` prefix
+    (every alias and helper column tierlake's statements generate), or an Iceberg metadata column
+    (``_file``, ``_pos``, …: Iceberg cannot read a table with such a column). Refused before anything
+    is made (docs/tiering.md, "Reserved names")."""
+
+    sqlstate = "42939"
+    error_code = 2300
+
+
+class UnsupportedKeyTypeError(InvalidArgumentError):
+    """A tiered table's ``primary-key`` names a column of a type that cannot be a key (ARRAY, MAP,
+    STRUCT, anything but the primitive types tierlake compares exactly as Spark compares grouping
+    keys), or a first key column of a type Iceberg cannot bucket by (BOOLEAN, FLOAT, DOUBLE).
+    Refused before anything is made (docs/tiering.md, "Key types")."""
+
+    sqlstate = "42P16"
+    error_code = 2302
+
+
 class MigrationError(TierlakeError):
     """The sys schema could not be brought up to date."""
 
@@ -338,3 +358,16 @@ class InvalidHandleError(TierlakeError):
 
     sqlstate = "HY000"
     error_code = 2012
+
+
+class TieredDdlError(TierlakeError):
+    """A step of a tiered ``CREATE``/``ALTER``/``DROP`` failed: what the earlier steps made was undone
+    (the message names the step, the cause, and what was undone); the cause's SQLSTATE is kept."""
+
+    sqlstate = "XX000"
+    error_code = 2301
+
+    def __init__(self, message: str, sqlstate: str | None = None):
+        super().__init__(message)
+        if sqlstate:
+            self.sqlstate = sqlstate

@@ -15,6 +15,19 @@ def columns_of(schema: Any) -> list[Column]:
     return [Column(f.name, f.dataType.simpleString()) for f in schema.fields]
 
 
+def struct_fields(data_type: Any) -> list[str]:
+    """The STRUCT field names, at any depth, inside a Spark data type (arrays and maps included)."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(data_type, StructType):
+        return [n for f in data_type.fields for n in [f.name, *struct_fields(f.dataType)]]
+    if isinstance(data_type, ArrayType):
+        return struct_fields(data_type.elementType)
+    if isinstance(data_type, MapType):
+        return struct_fields(data_type.keyType) + struct_fields(data_type.valueType)
+    return []
+
+
 def schema_columns(spark: Any, schema: Any) -> list[Column]:
     """An Iceberg ``Schema``'s columns typed as Spark reads them (Iceberg's own conversion, which its
     Spark tables use): the columns of a loaded table without resolving it through Spark again."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from tierlake import sql
@@ -20,14 +21,26 @@ from tierlake.server.catalog.properties import (  # the keys' one definition; re
     validate,
 )
 from tierlake.server.catalog.transforms import parse_transform, split_transforms
-from tierlake.server.exceptions import InvalidArgumentError
+from tierlake.server.exceptions import InvalidArgumentError, ReservedNameError
 
 __all__ = ["BUCKETS", "CHUNK_ROWS", "DEFAULT_BUCKETS", "ENABLED", "LAKE_PARTITION", "MAX_ROUND", "PRIMARY_KEY",
            "QUALITY", "QUALITY_MODES", "SEQUENCE_BY", "CHANGE_TYPE", "CHANGE_TYPES", "Column", "TieredSpec",
-           "quality_mode", "partition_sql", "data_columns"]
+           "quality_mode", "partition_sql", "data_columns", "RESERVED_PREFIX", "ICEBERG_METADATA_COLUMNS",
+           "refuse_reserved_names", "refuse_odd_field_names",
+           "refuse_odd_struct_fields", "odd_field_name", "struct_field_names"]
 
 CHANGE_TYPE = "_change_type"
 CHANGE_TYPES = ("+I", "-U", "+U", "-D")
+
+# Every alias, CTE, window and helper column tierlake's statements generate (sql/templates/, and the
+# Java classes' plans: FreshMerge.java) starts with this prefix; no column of a tiered table may
+# (docs/tiering.md, "Reserved names"). Compared case-insensitively, as Spark resolves names.
+RESERVED_PREFIX = "__tierlake"
+# Iceberg's metadata columns (Iceberg's MetadataColumns and SparkTable.metadataColumns): Iceberg refuses to
+# read a table with a column of one of these names ("Table column names conflict with names reserved for
+# Iceberg metadata columns"), and tiering joins each stream row to its data file by `_file`.
+ICEBERG_METADATA_COLUMNS = ("_file", "_pos", "_deleted", "_spec_id", "_partition", "_row_id",
+                            "_last_updated_sequence_number")
 
 
 @dataclass(frozen=True)
@@ -71,6 +84,7 @@ class TieredSpec:
         return spec
 
     def validate(self, columns: list[Column]) -> None:
+        refuse_reserved_names(columns)
         names = {c.name.lower() for c in columns}
         for key in self.primary_key:
             if key not in names:
@@ -85,6 +99,62 @@ class TieredSpec:
                 raise InvalidArgumentError(f"'{LAKE_PARTITION}': {column!r} is not a column of the table")
         if CHANGE_TYPE in names and not self.primary_key:
             raise InvalidArgumentError(f"column {CHANGE_TYPE} is reserved for primary-key tables")
+
+
+def refuse_reserved_names(columns: list[Column]) -> None:
+    """Refuse a column named with :data:`RESERVED_PREFIX` or like an Iceberg metadata column."""
+    for c in columns:
+        name = c.name.lower()
+        if name.startswith(RESERVED_PREFIX):
+            raise ReservedNameError(
+                f"column {c.name!r}: names starting with {RESERVED_PREFIX!r} are reserved for the aliases and "
+                "helper columns tierlake generates; rename the column")
+        if name in ICEBERG_METADATA_COLUMNS:
+            raise ReservedNameError(
+                f"column {c.name!r} has the name of an Iceberg metadata column "
+                f"({', '.join(ICEBERG_METADATA_COLUMNS)}), which Iceberg cannot read a table with; rename the column")
+
+
+# What a STRUCT field name may hold. The metastore keeps each column's type as Hive type text with the
+# field names unquoted (`struct<a b:int,c:d:string>`): Iceberg's Hive catalog writes it at every commit and
+# the metastore parses it (Hive's TypeInfoParser: a `:`, `,`, `<`, `-`, … fails every commit after the
+# create, CommitStateUnknownException), and Spark parses the fresh view's (CatalystSqlParser, unquoted
+# identifiers: a space, `.`, `$` or a non-ASCII letter fails every read of the view, CANNOT_RECOGNIZE_HIVE_TYPE).
+_HIVE_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def odd_field_name(name: str) -> bool:
+    """``name`` (a STRUCT field's) cannot be written to the metastore's column type text."""
+    return not name or _HIVE_FIELD_NAME.fullmatch(name) is None
+
+
+def struct_field_names(type_text: str) -> list[str]:
+    """The STRUCT field names, at any depth, of a column type written as in a ``CREATE TABLE``."""
+    import sqlglot
+    from sqlglot import exp
+
+    try:
+        tree = sqlglot.parse_one(f"CREATE TABLE t (c {type_text})", read="spark")
+    except Exception:  # noqa: BLE001 - Spark's parse of the statement is the judge of its syntax
+        return []
+    columns = list(tree.find_all(exp.ColumnDef))
+    return [c.name for c in columns[1:]]
+
+
+def refuse_odd_field_names(columns: list[Column]) -> None:
+    """Refuse a STRUCT field name the metastore cannot hold (:func:`odd_field_name`), before anything is made."""
+    for c in columns:
+        refuse_odd_struct_fields(c.name, struct_field_names(c.type))
+
+
+def refuse_odd_struct_fields(column: str, names: list[str]) -> None:
+    odd = [n for n in names if odd_field_name(n)]
+    if odd:
+        raise InvalidArgumentError(
+            f"column {column!r}: STRUCT field name{'s' if len(odd) > 1 else ''} {', '.join(repr(n) for n in odd)} "
+            "cannot be stored in the metastore: it keeps column types as Hive type text with field names unquoted, "
+            "which the table's commits and the fresh view's reads parse; a field name is ASCII letters, digits and "
+            "'_', not starting with a digit; rename the field")
 
 
 def quality_mode(value: str | None) -> str:

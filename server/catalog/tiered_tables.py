@@ -1,4 +1,5 @@
-"""Creating tiered tables: the stream table, its lake table, the registration."""
+"""Creating tiered tables: the stream table and its lake table (server/tiering/ddl.py makes them, with the
+registration and the fresh view, as the undoable steps of one statement)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ T_CREATE_STREAM = "templates/create_stream_table.sql.j2"
 T_CREATE_LAKE = "templates/create_lake_table.sql.j2"
 T_CREATE_DATABASE = "templates/create_database.sql.j2"
 T_DROP_TABLE = "templates/drop_table.sql.j2"
+T_DROP_DATABASE = "templates/drop_database.sql.j2"
 T_COUNT_NULL_KEYS = "templates/count_null_keys.sql.j2"
 
 
@@ -83,25 +85,6 @@ def create_stream_table(spark: Any, name: TablePath, columns: list[Column], spec
         raise InvalidArgumentError(f"column {CHANGE_TYPE} is added by tierlake; do not declare it")
     spark.sql(sql.render_checked(T_CREATE_STREAM, table=[name.database, name.table], columns=columns, spec=spec,
                          change_type=CHANGE_TYPE, properties=properties, location=location))
-
-
-def create_tiered_table(spark: Any, config: Any, stream: TablePath, columns: list[Column],
-                        properties: dict[str, str]) -> TablePath:
-    """``CREATE TABLE … TBLPROPERTIES('table.datalake.enabled'='true')``: stream + lake tables.
-
-    Registration is the caller's (it needs the coordinator). If the lake table
-    cannot be created, the stream table is dropped again.
-    """
-    spec = TieredSpec.from_properties(properties, columns)
-    lake = lake_path(config, stream)
-    create_stream_table(spark, stream, columns, spec, stream_properties(properties, lake))
-    try:
-        create_lake_table(spark, stream, lake, columns, spec)
-    except Exception:
-        spark.sql(sql.render(T_DROP_TABLE, table=[stream.database, stream.table]))
-        raise
-    log.info("created stream table %s and lake table %s", stream, lake)
-    return lake
 
 
 def prepare_existing(spark: Any, config: Any, stream: TablePath) -> TablePath:

@@ -35,15 +35,20 @@ from typing import Any
 
 from tierlake import sql
 from tierlake.server.catalog import properties as P
-from tierlake.server.catalog.columns import columns_of
+from tierlake.server.catalog.columns import columns_of, struct_fields
 from tierlake.server.catalog.properties import validate
-from tierlake.server.catalog.spec import CHANGE_TYPE, TieredSpec
+from tierlake.server.catalog.spec import CHANGE_TYPE, TieredSpec, refuse_odd_struct_fields
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.catalog.tiered_tables import create_lake_table, create_stream_table, lake_path, stream_properties
 from tierlake.server.changelog import fresh_view
 from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.planner import plan_round
-from tierlake.server.coordinator.registration import coordinator, find_registered, register_table
+from tierlake.server.coordinator.registration import (
+    coordinator,
+    find_registered,
+    follow_table_change,
+    register_table,
+)
 from tierlake.server.coordinator.state_machine import Status
 from tierlake.server.exceptions import (
     InvalidArgumentError,
@@ -230,6 +235,7 @@ class TwoPhaseCreate:
         self.staged_lake = TablePath(STAGING_DATABASE, f"ctas_{self.ctas_id}_lake")
         self.journal = Journal(self.spark)
         self.row: dict[str, Any] | None = None
+        self.registered = False  # commit registered the table (an abort after that unregisters it)
         self.spec: Any = None
         self.columns: list = []
         self.position = 0
@@ -309,6 +315,7 @@ class TwoPhaseCreate:
             self.journal.advance(self.ctas_id, RENAMED)
             faults.point("ctas-after-rename")
             state, _ = register_table(self.ctx, self.target, self.lake, Status.NEW, tiered_position=self.position)
+            self.registered = True
             fresh_view.create(self.spark, self.ctx.config, self.target, self.lake)
         try:
             self.journal.finish(self.ctas_id, COMMITTED)
@@ -322,6 +329,10 @@ class TwoPhaseCreate:
         if self.row is None:
             return
         try:
+            if self.registered:  # the commit failed after registering (its fresh view, say): all of it goes
+                fresh_view.drop_view(self.spark, fresh_view.fresh_path(self.ctx.config, self.target))
+                follow_table_change(self.ctx, self.target, None)
+                self.registered = False
             dropped = remove_everything(self.spark, self.row)
             self.journal.finish(self.ctas_id, ABORTED, reason[:2048])
             log.info("CTAS %s of %s aborted (%s); removed %s", self.ctas_id, self.target, reason, dropped or "nothing")
@@ -363,6 +374,8 @@ def create_table_as(ctx: Any, target: TablePath, query: str, properties: dict[st
     columns = columns_of(frame.schema)
     if not columns:
         raise InvalidArgumentError("the query of a CREATE TABLE … AS SELECT must return columns")
+    for f in frame.schema.fields:  # names the metastore cannot hold, before anything is staged
+        refuse_odd_struct_fields(f.name, struct_fields(f.dataType))
     control = operations.current()
     sc = spark.sparkContext
     group = f"tierlake-ctas-{create.ctas_id}"

@@ -18,20 +18,36 @@ recognised here with the statement. Everything that follows happens here:
   tiered table or one with a fresh view: run, the view dropped or moved with
   the table, the registration removed or moved (docs/tiering.md, "Fresh
   views", Lifecycle).
+
+Each is atomic (docs/design.md §17): its steps run in order, each with what
+undoes it (:class:`Steps`); when one fails, what the earlier steps made is
+undone in reverse order and the client gets a :class:`TieredDdlError` naming
+the step, its cause, and what was undone.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+from tierlake import sql
 from tierlake.server.catalog import properties as table_properties
 from tierlake.server.catalog.columns import table_columns
 from tierlake.server.catalog.properties import ENABLED, FRESH_VIEW_PROPERTY
-from tierlake.server.catalog.spec import Column
+from tierlake.server.catalog.spec import Column, TieredSpec, refuse_odd_field_names
 from tierlake.server.catalog.table_path import TablePath
-from tierlake.server.catalog.tiered_tables import create_tiered_table, lake_of
+from tierlake.server.catalog.tiered_tables import (
+    T_CREATE_DATABASE,
+    T_DROP_DATABASE,
+    T_DROP_TABLE,
+    create_lake_table,
+    create_stream_table,
+    lake_of,
+    lake_path,
+    stream_properties,
+)
 from tierlake.server.changelog import fresh_view
 from tierlake.server.coordinator.registration import (
     follow_table_change,
@@ -40,10 +56,10 @@ from tierlake.server.coordinator.registration import (
     rescheduler,
 )
 from tierlake.server.coordinator.state_machine import Status
-from tierlake.server.exceptions import TableExistsError
+from tierlake.server.exceptions import TableExistsError, TieredDdlError, TierlakeError
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.sqlapi.context import Context
-from tierlake.server.tiering.ctas import RESULT_COLUMNS, create_table_as
+from tierlake.server.tiering.ctas import RESULT_COLUMNS, T_RENAME, create_table_as
 from tierlake.server.tiering.leftover import refuse_leftover_lake
 
 log = logging.getLogger("tierlake.calls")
@@ -82,6 +98,88 @@ class DdlResult:
     rows: list[tuple]
 
 
+T = TypeVar("T")
+
+
+def _state_of(e: BaseException) -> str | None:
+    """The SQLSTATE a client would get for ``e`` (tierlake's, Spark's, or none)."""
+    if isinstance(e, TierlakeError):
+        return e.sqlstate
+    state = getattr(e, "getSqlState", None)
+    try:
+        return state() if callable(state) else None
+    except Exception:  # noqa: BLE001 - no state to keep
+        return None
+
+
+def _first_line(e: BaseException) -> str:
+    java = getattr(e, "java_exception", None)  # py4j's "An error occurred while calling o1.x" says nothing
+    if java is not None and getattr(e, "desc", None) is None:
+        causes = []
+        while java is not None and len(causes) < 4:
+            causes.append(f"{java.getClass().getSimpleName()}: {java.getMessage()}")
+            java = java.getCause()
+        return "; caused by ".join(causes)
+    text = e.message if isinstance(e, TierlakeError) else (getattr(e, "desc", None) or str(e))
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(e).__name__
+
+
+def _already_exists(e: BaseException) -> bool:
+    text = str(e)
+    return isinstance(e, TableExistsError) or "ALREADY_EXISTS" in text or "already exists" in text
+
+
+class Steps:
+    """The steps of one tiered DDL statement, each with what undoes it.
+
+    :meth:`run` runs a step; when it fails, every earlier step's undo runs
+    (newest first; an undo that fails is logged and named, the others still
+    run) and :class:`TieredDdlError` names the statement, the step, its cause
+    and what was undone. A step's own undo runs too when it may have made part
+    of its object before failing (``partial``), unless it failed because the
+    object exists (made by someone else).
+    """
+
+    def __init__(self, statement: str):
+        self.statement = statement
+        self.undo: list[tuple[str, Callable[[], Any]]] = []
+
+    def run(self, step: str, fn: Callable[[], T], undo: tuple[str, Callable[[], Any]] | None = None,
+            partial: bool = False) -> T:
+        try:
+            result = fn()
+        except BaseException as e:  # noqa: BLE001 - an interrupted step is undone too, then re-raised
+            if undo is not None and partial and not _already_exists(e):
+                self.undo.append(undo)
+            self.fail(step, e)
+        if undo is not None:
+            self.undo.append(undo)
+        return result
+
+    def fail(self, step: str, e: BaseException) -> None:
+        undone, failed = [], []
+        for what, fn in reversed(self.undo):
+            try:
+                fn()
+                undone.append(what)
+            except Exception as u:
+                log.warning("%s: undoing %r after step %r failed: %s", self.statement, what, step, u, exc_info=True)
+                failed.append(f"{what} ({_first_line(u)})")
+        self.undo.clear()
+        message = f"{self.statement} failed at step '{step}': {_first_line(e)}"
+        if undone:
+            message += f"; undone: {', '.join(undone)}"
+        if failed:
+            message += f"; COULD NOT undo: {', '.join(failed)} (remove by hand)"
+        elif not undone:
+            message += "; nothing was made"
+        log.info("%s", message)
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise e
+        raise TieredDdlError(message, _state_of(e)) from e
+
+
 def run(ctx: Context, command: Command, statement: str, user: str | None = None) -> DdlResult:
     """Run one tiered DDL statement the gateway recognised as ``command`` (the module docstring)."""
     if isinstance(command, TieredCreate):
@@ -94,7 +192,11 @@ def run(ctx: Context, command: Command, statement: str, user: str | None = None)
 
 
 def create(ctx: Context, create: TieredCreate, user: str | None = None) -> DdlResult:
-    """``CREATE TABLE … TBLPROPERTIES('table.datalake.enabled'='true')`` [``AS SELECT``]."""
+    """``CREATE TABLE … TBLPROPERTIES('table.datalake.enabled'='true')`` [``AS SELECT``].
+
+    Atomic (:class:`Steps`): the stream table, the lake database (if this made it), the lake table, the
+    registration, the fresh view database (if this made it) and the view are made in that order; a
+    failing step undoes the earlier ones."""
     # Before anything exists: a bad property must not leave a table behind (CTAS checks its own).
     table_properties.validate(create.properties, create.columns or None)
     refuse_leftover_lake(ctx.spark, ctx.config, create.table)  # DROP then CREATE: the old lake rows
@@ -102,15 +204,53 @@ def create(ctx: Context, create: TieredCreate, user: str | None = None) -> DdlRe
         # A column list with AS SELECT never gets here: Spark's parse refuses it first.
         rows = create_table_as(ctx, create.table, create.as_select, create.properties, create.if_not_exists)
         return DdlResult(RESULT_COLUMNS, rows)
-    if ctx.spark.catalog.tableExists(create.table.quoted):
+    spark, config, stream = ctx.spark, ctx.config, create.table
+    if spark.catalog.tableExists(stream.quoted):
         if not create.if_not_exists:
-            raise TableExistsError(f"table {create.table} already exists")
+            raise TableExistsError(f"table {stream} already exists")
         return DdlResult(CREATED_COLUMNS, [])
-    lake = create_tiered_table(ctx.spark, ctx.config, create.table, create.columns, create.properties)
-    state, _ = register_table(ctx, create.table, lake, Status.NEW)
-    fresh_view.create(ctx.spark, ctx.config, create.table, lake)
-    log.info("created tiered table %s (id %d) by %s", create.table, state.table_id, user)
-    return DdlResult(CREATED_COLUMNS, [(state.table_id, str(create.table), str(lake), state.status.value)])
+    # Every column and property checked (reserved names, struct field names) before anything is made.
+    spec = TieredSpec.from_properties(create.properties, create.columns)
+    refuse_odd_field_names(create.columns)
+    lake = lake_path(config, stream)
+    view = fresh_view.fresh_path(config, stream)
+    # A lake table kept from an earlier stream table of this name is used as it is (and never dropped here).
+    lake_existed = spark.catalog.tableExists(lake.quoted)
+    steps = Steps(f"CREATE TABLE {stream}")
+    steps.run(f"create the stream table {stream}",
+              lambda: create_stream_table(spark, stream, create.columns, spec,
+                                          stream_properties(create.properties, lake)),
+              undo=(f"stream table {stream} dropped", lambda: _drop_table(spark, stream)), partial=True)
+    _create_database(steps, spark, lake.database, "lake")
+    steps.run(f"create the lake table {lake}", lambda: create_lake_table(spark, stream, lake, create.columns, spec),
+              undo=None if lake_existed else (f"lake table {lake} dropped", lambda: _drop_table(spark, lake)),
+              partial=True)
+    state, _ = steps.run("register the table with the coordinator",
+                         lambda: register_table(ctx, stream, lake, Status.NEW),
+                         undo=("registration removed", lambda: follow_table_change(ctx, stream, None)), partial=True)
+    _create_database(steps, spark, view.database, "fresh view")
+    steps.run(f"create the fresh view {view}", lambda: fresh_view.create(spark, config, stream, lake),
+              undo=(f"fresh view {view} dropped", lambda: fresh_view.drop_view(spark, view)), partial=True)
+    log.info("created tiered table %s (id %d) by %s", stream, state.table_id, user)
+    return DdlResult(CREATED_COLUMNS, [(state.table_id, str(stream), str(lake), state.status.value)])
+
+
+def _drop_table(spark: Any, table: TablePath) -> None:
+    spark.sql(sql.render(T_DROP_TABLE, table=[table.database, table.table], purge=True))
+
+
+def _create_database(steps: Steps, spark: Any, database: str, what: str) -> None:
+    """The step that makes ``database`` if it does not exist (undone only then, and only if empty)."""
+    if spark.catalog.databaseExists(database):
+        return
+
+    def drop() -> None:
+        if not any(not t.isTemporary for t in spark.catalog.listTables(database)):
+            spark.sql(sql.render(T_DROP_DATABASE, database=database))
+
+    steps.run(f"create the {what} database {database}",
+              lambda: spark.sql(sql.render(T_CREATE_DATABASE, database=database)),
+              undo=(f"{what} database {database} dropped", drop), partial=True)
 
 
 def alter(ctx: Context, alter: TieringAlter, statement: str, user: str | None = None) -> DdlResult:
@@ -127,9 +267,14 @@ def alter(ctx: Context, alter: TieringAlter, statement: str, user: str | None = 
             pass
     table_properties.validate(properties, columns)  # what the statement sets, first
     table_properties.validate({**existing, **properties}, columns)  # then together (sequence-by needs primary-key)
-    ctx.spark.sql(statement)
-    if iceberg:
-        rescheduler(ctx, path)
+    steps = Steps(f"ALTER TABLE {path}")
+    if not iceberg:
+        steps.run("run the statement", lambda: ctx.spark.sql(statement))
+    else:
+        before = iceberg_properties(ctx.spark, path)
+        steps.run("set the table properties", lambda: ctx.spark.sql(statement),
+                  undo=("table properties restored", lambda: _restore_properties(ctx.spark, path, properties, before)))
+        steps.run("reschedule the table", lambda: rescheduler(ctx, path))
     log.info("tiering properties of %s changed by %s: %s", path, user, properties)
     return DdlResult(NO_COLUMNS, [])
 
@@ -145,17 +290,43 @@ def has_fresh_view(spark: Any, table: TablePath) -> bool:
     return FRESH_VIEW_PROPERTY in props or str(props.get(ENABLED, "")).lower() == "true"
 
 
+def _restore_properties(spark: Any, path: TablePath, keys: dict[str, str], before: dict[str, str]) -> None:
+    """Set ``keys`` of ``path``'s properties back to ``before`` (removed where they were absent)."""
+    update = iceberg_table(spark, path.quoted).updateProperties()
+    for key in keys:
+        update = update.set(key, before[key]) if key in before else update.remove(key)
+    update.commit()
+
+
 def change(ctx: Context, change: TableChange, statement: str) -> DdlResult:
-    """Run ``statement`` (a DROP TABLE or RENAME), then drop the fresh view or move it with the renamed
-    table; a dropped stream table is no longer tiered, a renamed one keeps being tiered under its new
-    name (into the same lake table: the stream table's property says which it is)."""
-    spark, config = ctx.spark, ctx.config
-    props = {str(k): str(v) for k, v in dict(iceberg_table(spark, change.table.quoted).properties()).items()}
-    view = fresh_view.view_of(spark, change.table)
-    spark.sql(statement)
+    """Run ``statement`` (a DROP TABLE or RENAME) with the fresh view and the registration in step: a
+    dropped stream table is no longer tiered, a renamed one keeps being tiered under its new name (into
+    the same lake table: the stream table's property says which it is).
+
+    Steps (:class:`Steps`): the view is dropped first (undone by making it again), then the statement
+    runs (a RENAME is undone by renaming back; a DROP cannot be undone, so nothing that can fail
+    comes after it but the registration, whose failure the error says how to finish); after a RENAME
+    the view is made under the new name, and the registration follows the table."""
+    spark, config, table, target = ctx.spark, ctx.config, change.table, change.renamed_to
+    props = {str(k): str(v) for k, v in dict(iceberg_table(spark, table.quoted).properties()).items()}
+    lake = lake_of(config, table, props)
+    view = fresh_view.view_of(spark, table)
+    steps = Steps(f"{'DROP TABLE' if target is None else 'ALTER TABLE … RENAME'} {table}")
     if view is not None:
-        fresh_view.drop_view(spark, view)
-    if change.renamed_to is not None:
-        fresh_view.create(spark, config, change.renamed_to, lake_of(config, change.table, props))
-    follow_table_change(ctx, change.table, change.renamed_to)
+        steps.run(f"drop the fresh view {view}", lambda: fresh_view.drop_view(spark, view),
+                  undo=(f"fresh view {view} made again", lambda: fresh_view.create(spark, config, table, lake)))
+    if target is None:
+        steps.run("drop the table", lambda: spark.sql(statement))
+        steps.undo.clear()  # dropped: nothing before this can be undone any more
+        steps.run("remove the registration (the table is dropped; finish with "
+                  f"CALL sys.disable_tiering('{table}') if it is still listed)",
+                  lambda: follow_table_change(ctx, table, None))
+        return DdlResult(NO_COLUMNS, [])
+    steps.run(f"rename the table to {target}", lambda: spark.sql(statement),
+              undo=(f"table renamed back to {table}", lambda: spark.sql(sql.render(
+                  T_RENAME, source=[target.database, target.table], target=[table.database, table.table]))))
+    made = fresh_view.fresh_path(config, target)
+    steps.run(f"create the fresh view {made}", lambda: fresh_view.create(spark, config, target, lake),
+              undo=(f"fresh view {made} dropped", lambda: fresh_view.drop_view(spark, made)), partial=True)
+    steps.run("move the registration", lambda: follow_table_change(ctx, table, target))
     return DdlResult(NO_COLUMNS, [])
