@@ -57,7 +57,10 @@ from tierlake.server.exceptions import (
     SqlSyntaxError,
     TableExistsError,
 )
+from tierlake.server.ingest import request_ids
 from tierlake.server.runtime import faults, operations
+from tierlake.server.runtime.javaext import STREAM_INGEST
+from tierlake.server.runtime.jvm import jclass
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.state.state_table import SmallTable
 from tierlake.server.tiering.round import run_round
@@ -240,6 +243,9 @@ class TwoPhaseCreate:
         self.columns: list = []
         self.position = 0
         self.rows = 0
+        # The key of the statement's tierlake.write.request-id (server/ingest/request_ids.py), or None:
+        # its stream commit carries it, so a retry finds this CTAS committed.
+        self.request_key = request_ids.current_key()
 
     def exists(self) -> TablePath | None:
         for name in (self.target, self.lake):
@@ -279,7 +285,10 @@ class TwoPhaseCreate:
 
         if self.spec.is_primary_key:
             frame = frame.withColumn(CHANGE_TYPE, F.lit(None).cast("string"))
-        frame.writeTo(self.staged_stream.quoted).append()
+        writer = frame.writeTo(self.staged_stream.quoted)
+        if self.request_key is not None:
+            writer = writer.option(f"snapshot-property.{P.WRITE_REQUEST_ID}", self.request_key)
+        writer.append()
         faults.point("ctas-after-write")
         head = iceberg_table(self.spark, self.staged_stream.quoted).currentSnapshot()
         self.rows = 0 if head is None else int(dict(head.summary()).get("added-records", 0))
@@ -367,6 +376,8 @@ def create_table_as(ctx: Any, target: TablePath, query: str, properties: dict[st
     create = TwoPhaseCreate(ctx, target, properties, if_not_exists)
     taken = create.exists()
     if taken is not None:
+        if _committed_before(ctx, create):  # a retry of this statement, which committed: nothing written
+            return _answered_again(ctx, create)
         if if_not_exists:
             return []
         raise TableExistsError(f"table {taken} already exists")
@@ -382,12 +393,37 @@ def create_table_as(ctx: Any, target: TablePath, query: str, properties: dict[st
     sc.setJobGroup(group, f"CREATE TABLE {target} AS SELECT", interruptOnCancel=True)
     try:
         hook = StatementHook(create, control, on_cancel=lambda: sc.cancelJobGroup(group))
-        state = hook.run(columns, frame)
+        try:
+            state = hook.run(columns, frame)
+        except TableExistsError:
+            if _committed_before(ctx, create):  # the same request's first attempt won the race
+                return _answered_again(ctx, create)
+            raise
     finally:
         sc._jsc.clearJobGroup()
     if state is None:  # IF NOT EXISTS, and a concurrent creator won
         return []
     return [(state.table_id, str(target), str(create.lake), state.status.value, create.rows)]
+
+
+def _committed_before(ctx: Any, create: TwoPhaseCreate) -> bool:
+    """Whether the statement's request id is committed to the existing target (checked under the
+    stream table's commit lock, with the ids its committer remembers): the statement is a retry."""
+    if create.request_key is None:
+        return False
+    try:
+        table = iceberg_table(ctx.spark, create.target.quoted)
+    except Exception:  # noqa: BLE001 - not an Iceberg table: not this statement's
+        return False
+    return bool(jclass(STREAM_INGEST, ctx.spark.sparkContext._jvm).committedKey(table, create.request_key))
+
+
+def _answered_again(ctx: Any, create: TwoPhaseCreate) -> list[tuple]:
+    state = find_registered(coordinator(ctx).load()[1], create.target)
+    log.info("CTAS of %s: its request id is committed already; answered again, nothing written", create.target)
+    if state is None:
+        return []
+    return [(state.table_id, str(create.target), str(create.lake), state.status.value, 0)]
 
 
 class StatementHook:

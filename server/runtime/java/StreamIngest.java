@@ -626,6 +626,24 @@ public final class StreamIngest {
         return COMMITTERS.computeIfAbsent(table.uuid().toString(), k -> new Committer(table));
     }
 
+    /**
+     * Whether the request key {@code key} is committed to {@code table} (its snapshots,
+     * this process's commits, the ledger), checked under the table's commit lock: an
+     * atomic CTAS asks before it refuses a table that exists (server/tiering/ctas.py).
+     */
+    public static boolean committedKey(Table table, String key) {
+        Committer c = committer(table);
+        c.lock.lock();
+        try {
+            c.adopt(table);
+            c.table.refresh();
+            c.index(Committer.current(c.table));
+            return c.requestIds.containsKey(key);
+        } finally {
+            c.lock.unlock();
+        }
+    }
+
     /** Forget the committers (tests; a dropped table's committer is never used again). */
     public static void reset() {
         COMMITTERS.clear();

@@ -304,3 +304,22 @@ def test_a_client_that_goes_away_has_its_insert_dropped_and_its_retry_writes_onc
         send(conn.cursor(), f"victim-{form}", retry)
         send(conn.cursor(), f"victim-{form}", retry)
     assert ids(spark, table) == [1, 7]
+
+
+def test_a_retried_ctas_into_a_stream_table_is_answered_again(server, spark, hive_cursor, db):
+    """CTAS into a stream table: a retry with the same request id (another connection, the same
+    user) is answered again and writes nothing, where it said "already exists" before; without
+    the id, or from another user, the table exists."""
+    ctas = (f"CREATE TABLE {db}.made TBLPROPERTIES ('table.datalake.enabled'='true') "
+            "AS SELECT id, 'x' AS who FROM range(3)")
+    with connect(server) as a, connect(server) as b:
+        send(a.cursor(), "ctas-1", ctas)
+        retry = b.cursor()
+        send(retry, "ctas-1", ctas)
+        assert [(r[1], r[2], r[4]) for r in retry.fetchall()] == [(f"{db}.made", f"{db}_lake.made", 0)]
+        assert error_of(b.cursor(), ctas).startswith("42P07 ")
+    with connect(server, "someone-else") as c:
+        cursor = c.cursor()
+        cursor.execute(f"SET `{RID}`=ctas-1")
+        assert error_of(cursor, ctas).startswith("42P07 ")
+    assert ids(spark, f"{db}.made") == [0, 1, 2]
