@@ -261,6 +261,115 @@ def test_a_call_that_changes_state_is_dml_and_a_read_only_call_is_not(api, datab
     assert {r["component"] for r in body["data"]} >= {"tierlake", "spark", "iceberg"}
 
 
+def attempt(api, method, path, body=None):
+    """(ok, JSON body) of a Superset API call that may fail."""
+    try:
+        return True, api.call(method, path, body)
+    except SupersetError as e:
+        text = str(e)
+        return False, json.loads(text[text.index("{"):]) if "{" in text else {"message": text}
+
+
+def test_spark_statements_that_change_state_are_dml(api, database, tiered):
+    """With Allow DML off: what sqlglot does not parse as DDL/DML but changes tables, files or the classpath."""
+    database_id, _ = database
+    for sql in (f"LOAD DATA INPATH '/nonexistent/x' INTO TABLE {DB}_lake.clicks",
+                f"ANALYZE TABLE {DB}_lake.clicks COMPUTE STATISTICS",
+                f"MSCK REPAIR TABLE {DB}_lake.clicks",
+                "ADD JAR /nonexistent/evil.jar",
+                "CACHE TABLE superset_cached AS SELECT 1 AS a",
+                f"REFRESH TABLE {DB}_lake.clicks"):
+        ok, body = lab(api, database_id, sql)
+        assert not ok, sql
+        assert body["errors"][0]["error_type"] == "DML_NOT_ALLOWED_ERROR", (sql, body)
+
+
+@pytest.fixture
+def dml_allowed(api, database):
+    """The connection with Allow DML, CTAS and CVAS on, for one test."""
+    database_id, _ = database
+    api.call("PUT", f"/api/v1/database/{database_id}",
+             {"allow_dml": True, "allow_ctas": True, "allow_cvas": True})
+    yield database_id
+    api.call("PUT", f"/api/v1/database/{database_id}",
+             {"allow_dml": False, "allow_ctas": False, "allow_cvas": False})
+
+
+def test_statements_without_a_result_set_report_success(api, dml_allowed, tiered, hive_cursor_module):
+    database_id = dml_allowed
+    c = hive_cursor_module
+    for name in ("superset_ctas", "superset_plain"):
+        c.execute(f"DROP TABLE IF EXISTS {DB}.{name}")
+    c.execute(f"DROP VIEW IF EXISTS {DB}.superset_cvas")
+    query = f"SELECT status, count(*) AS n FROM `{DB}_lake`.`orders` GROUP BY status"
+    for method, name in (("TABLE", "superset_ctas"), ("VIEW", "superset_cvas")):  # SQL Lab's CTAS and CVAS
+        ok, body = attempt(api, "POST", "/api/v1/sqllab/execute/", {
+            "database_id": database_id, "sql": query, "runAsync": False, "schema": DB, "select_as_cta": True,
+            "ctas_method": method, "tmp_table_name": name})
+        assert ok, (method, body)
+        assert body["status"] == "success", body
+        ok, body = lab(api, database_id, f"SELECT n FROM `{DB}`.`{name}` WHERE status = 'new'", schema=DB)
+        assert ok and body["data"] == [{"n": 3}], (name, body)
+    for sql in (f"CREATE OR REPLACE VIEW {DB}.superset_cvas AS SELECT 1 AS a",
+                f"CREATE TABLE {DB}.superset_plain AS SELECT 2 AS b",
+                "CACHE TABLE superset_cached AS SELECT 1 AS a",
+                f"INSERT INTO {DB}.superset_plain VALUES (3)"):
+        ok, body = lab(api, database_id, sql, schema=DB)
+        assert ok, (sql, body)
+        assert body["status"] == "success" and not body.get("data"), (sql, body)
+    ok, body = lab(api, database_id, f"SELECT sum(b) AS s FROM {DB}.superset_plain", schema=DB)
+    assert ok and body["data"] == [{"s": 5}], body
+
+
+def test_a_failed_connection_test_names_its_cause(api, server):
+    port = server.gateway.port
+    cases = [
+        (f"tierlake://analyst:pw@127.0.0.1:{free_port()}/default", "nothing is listening there"),
+        (f"tierlake://analyst:pw@127.0.0.1:{port}/default?ssl=true", "does not speak TLS"),
+        (f"tierlake://analyst:pw@127.0.0.1:{port}/default?auth=noSasl", "auth=noSasl sends no password"),
+    ]
+    for uri, cause in cases:
+        ok, body = attempt(api, "POST", "/api/v1/database/test_connection/",
+                           {"sqlalchemy_uri": uri, "database_name": "tierlake-test"})
+        assert not ok, uri
+        text = json.dumps(body)
+        assert cause in text, (uri, body)
+        assert "builtins.NoneType" not in text, (uri, body)
+
+
+def test_a_table_preview_reads_view_text_without_show_create_view(api, database, server, tiered):
+    database_id, _ = database
+    spark_log = server.config.logs_dir / "spark.log"
+
+    def mentions() -> int:
+        return spark_log.read_text(encoding="utf-8", errors="replace").count("SHOW CREATE VIEW") \
+            if spark_log.exists() else 0
+
+    before = mentions()
+    view = api.call("GET", f"/api/v1/database/{database_id}/table_metadata/extra/?name=lake_tiering_status"
+                           "&schema=sys")
+    assert "CREATE VIEW" in view["view"] and "lake_tiering_status" in view["view"], view
+    table = api.call("GET", f"/api/v1/database/{database_id}/table_metadata/extra/?name=tiering_tables&schema=sys")
+    assert table.get("view") is None, table
+    api.call("GET", f"/api/v1/database/{database_id}/table_metadata/?name=lake_tiering_status&schema=sys")
+    assert mentions() == before
+
+
+def test_file_upload_is_not_offered(api, database):
+    """Superset's Hive upload needs S3 (boto3): the spec says it has no upload, so the database form
+    offers no "Allow file uploads" and the upload menu lists no tierlake database. (Superset 6.1's
+    schemas_access_for_file_upload answers 500 for every database an admin may access: it returns a
+    Python set, which its JSON encoder refuses; the upload form only calls it for a database that
+    allows uploads.)"""
+    database_id, _ = database
+    info = api.call("GET", f"/api/v1/database/{database_id}")["result"]
+    assert info["engine_information"]["supports_file_upload"] is False
+    assert info["allow_file_upload"] is False
+    uploadable = api.call("GET", "/api/v1/database/?q=(filters:!((col:allow_file_upload,opr:upload_is_enabled,"
+                                 "value:!t)))")["result"]
+    assert database_id not in {d["id"] for d in uploadable}
+
+
 def test_a_dataset_on_the_status_view_and_a_lag_time_series_through_the_chart_data_api(api, database, tiered):
     database_id, _ = database
     status = api.call("POST", "/api/v1/dataset/",

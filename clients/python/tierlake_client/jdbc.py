@@ -46,15 +46,43 @@ def resolve_password(password: str | None, password_file: str | None = None) -> 
     return None
 
 
+def _refused(host: str, port: int) -> bool:
+    """Nothing accepts connections at ``host:port``."""
+    try:
+        socket.create_connection((host, port), timeout=10).close()
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
 def connect(url: str, user: str, password: str | None = None, ca_file: str | None = None):
-    """A PyHive connection to the gateway at ``url``."""
+    """A PyHive connection to the gateway at ``url``.
+
+    Failures say what went wrong in words (a :class:`TierlakeError`): nothing
+    listening at the address, a TLS handshake with a gateway that does not
+    speak TLS, a password with ``auth=noSasl`` (which sends none)."""
     from pyhive import hive
+    from thrift.transport.TTransport import TTransportException
 
     host, port, database, options = parse_jdbc_url(url)
     nosasl = options.get("auth", "").lower() == "nosasl"
+    if nosasl and password:
+        raise ConfigError("auth=noSasl sends no password, but one was given (in the URL or $TIERLAKE_PASSWORD): "
+                          "remove it for a gateway with tierlake.gateway.auth=NOSASL, or drop auth=noSasl "
+                          "for a gateway that checks passwords")
     if options.get("ssl", "").lower() != "true":
         auth = "NOSASL" if nosasl else "CUSTOM" if password is not None else "NONE"
-        return hive.connect(host=host, port=port, database=database, username=user, password=password, auth=auth)
+        try:
+            return hive.connect(host=host, port=port, database=database, username=user, password=password,
+                                auth=auth)
+        except TTransportException as e:
+            if _refused(host, port):
+                raise TierlakeError(f"cannot connect to the gateway at {host}:{port}: nothing is listening there "
+                                    "(is the server running, and is this its port, tierlake.gateway.port?)") from e
+            raise TierlakeError(f"cannot connect to the gateway at {host}:{port}: {e} (a TLS gateway needs "
+                                "ssl=true; a NOSASL gateway auth=noSasl)") from e
     from thrift.transport.TSocket import TSocket
     from thrift.transport.TTransport import TBufferedTransport
 
@@ -65,7 +93,13 @@ def connect(url: str, user: str, password: str | None = None, ca_file: str | Non
         raw = socket.create_connection((host, port), timeout=60)
         handle = context.wrap_socket(raw, server_hostname=host)
     except (OSError, ssl.SSLError) as e:
-        raise TierlakeError(f"TLS connection to {host}:{port} failed: {e}") from e
+        hint = ""
+        if isinstance(e, ConnectionRefusedError):
+            hint = " (nothing is listening there: is the server running, and is this its port?)"
+        elif "WRONG_VERSION_NUMBER" in str(e) or "record layer failure" in str(e):
+            hint = " (the gateway at this port does not speak TLS: remove ssl=true, or set " \
+                   "tierlake.gateway.ssl.certfile on the server)"
+        raise TierlakeError(f"TLS connection to {host}:{port} failed: {e}{hint}") from e
     handle.settimeout(None)
     sock = TSocket(host, port)
     sock.handle = handle

@@ -19,7 +19,26 @@ Thrift server) with what differs:
 - views and tables are listed through the ``tierlake://`` dialect's inspector
   (Spark's ``SHOW VIEWS`` answers namespace first, which Superset's Hive spec
   reads as the view name);
-- ``SHOW FUNCTIONS`` answers a ``function`` column (SQL Lab's autocomplete).
+- ``SHOW FUNCTIONS`` answers a ``function`` column (SQL Lab's autocomplete);
+- statements without a result set (CTAS, CVAS, ``CREATE OR REPLACE VIEW``,
+  ``CACHE TABLE``, an ``INSERT``) report success with no rows: Spark's Thrift
+  Server describes them as one ``Result`` column and answers their fetch with a
+  row set PyHive cannot decode;
+- a failed connection test says why (refused port, TLS mismatch, a password
+  with ``auth=noSasl``), not ``(builtins.NoneType) None``;
+- on a database without DML, Spark's statements that change tables, files or
+  the classpath although sqlglot does not parse them as DDL/DML (``LOAD DATA``,
+  ``ANALYZE TABLE``, ``MSCK REPAIR TABLE``, ``ADD JAR``, ``CACHE TABLE … AS
+  SELECT``, ``REFRESH``) are refused like an ``INSERT``;
+- a view's text comes from ``SHOW CREATE TABLE`` (the dialect's
+  ``get_view_definition``), never Presto's ``SHOW CREATE VIEW``, which Spark
+  rejects;
+- no file upload: Superset's Hive upload writes Parquet to S3 (boto3) and
+  creates an external table over it, which a tierlake server does not have.
+
+Identity: the gateway sees the user of the connection URL, one per
+connection; Superset's *Impersonate the logged on user* changes nothing for
+tierlake (the user of every query is still the URL's).
 
 Connection URL: ``tierlake://user:password@host:10000/default`` (options
 ``?ssl=true&ca_file=/path/ca.pem`` for a TLS gateway).
@@ -38,6 +57,7 @@ from superset.exceptions import SupersetDMLNotAllowedException
 from superset.sql import parse as superset_parse
 
 from tierlake_client.sqltext import sql_literal
+from tierlake_client.superset.statements import connection_error_text, spark_change, without_result_set
 
 ENGINE = "tierlake"
 
@@ -48,6 +68,7 @@ _TABLE_NOT_FOUND = re.compile(r"\[TABLE_OR_VIEW_NOT_FOUND\] The table or view (?
 _COLUMN_NOT_FOUND = re.compile(r"\[UNRESOLVED_COLUMN\.\w+\] A column[^`]*(?P<column>`[^`]+`)")
 _SYNTAX = re.compile(r"\[PARSE_SYNTAX_ERROR\] (?P<detail>.*)")
 _DML = re.compile(r"does not allow for DDL/DML")
+_NO_CONNECTION = re.compile(r"(?P<detail>cannot connect to the gateway at .*)")
 _DENIED = re.compile(
     r"(?P<detail>(?:permission denied|not allowed|Authentication failed|Error validating the login).*)", re.IGNORECASE)
 
@@ -98,6 +119,9 @@ def readable_error(ex: BaseException) -> str:
     names and stacks removed; other errors as their first line."""
     status = thrift_status(ex)
     if status is None:
+        reason = connection_error_text(ex)
+        if reason is not None:
+            return _first_line(reason)
         text = str(ex)
         # A repr that still carries the Thrift fields (e.g. re-raised as text).
         match = re.search(r"errorMessage=(['\"])(.*?)(?<!\\)\1", text, re.DOTALL)
@@ -143,6 +167,8 @@ class TierlakeEngineSpec(SparkEngineSpec):
     default_driver = "pyhive"
     sqlalchemy_uri_placeholder = "tierlake://user:password@host:10000/default[?ssl=true&ca_file=/path/ca.pem]"
     _show_functions_column = "function"
+    # Superset's Hive upload writes Parquet to S3 and makes an external table over it.
+    supports_file_upload = False
 
     metadata = {
         "description": "Fluss-style lake tiering on Apache Spark and Iceberg, over HiveServer2.",
@@ -158,6 +184,7 @@ class TierlakeEngineSpec(SparkEngineSpec):
         _SYNTAX: ("Syntax error: %(detail)s", SupersetErrorType.SYNTAX_ERROR, {}),
         _DML: ("This database does not allow DML, and this CALL changes tierlake's state (only read-only "
                "procedures, sys.procedures.read_only, may be called)", SupersetErrorType.DML_NOT_ALLOWED_ERROR, {}),
+        _NO_CONNECTION: ("%(detail)s", SupersetErrorType.CONNECTION_PORT_CLOSED_ERROR, {}),
         _DENIED: ("%(detail)s", SupersetErrorType.CONNECTION_ACCESS_DENIED_ERROR, {}),
     }
 
@@ -175,7 +202,24 @@ class TierlakeEngineSpec(SparkEngineSpec):
         state = cursor.poll()
         if state.operationState == hive.ttypes.TOperationState.ERROR_STATE:
             raise QueryFailed(state)
+        if without_result_set(cursor):
+            # DDL and writes: nothing to fetch (PyHive cannot decode the empty
+            # row set Spark sends for its one "Result" column).
+            try:
+                return super().fetch_data(cursor, limit) if cursor.description else []
+            except TypeError:
+                return []
         return super().fetch_data(cursor, limit)
+
+    @classmethod
+    def get_create_view(cls, database: Any, schema: str | None, table: str) -> str | None:
+        # Presto's spec (which Hive's and Spark's inherit) sends SHOW CREATE VIEW,
+        # which Spark rejects (a Java stack in spark.log per preview): the
+        # dialect lists views and reads their text with SHOW CREATE TABLE.
+        with database.get_inspector(schema=schema) as inspector:
+            if table.lower() not in {name.lower() for name in inspector.get_view_names(schema)}:
+                return None
+            return inspector.get_view_definition(table, schema)
 
     @classmethod
     def get_view_names(cls, database: Any, inspector: Any, schema: str | None) -> set[str]:
@@ -183,8 +227,13 @@ class TierlakeEngineSpec(SparkEngineSpec):
 
     @staticmethod
     def execute(cursor: Any, query: str, database: Any, async_: bool = False) -> None:  # type: ignore[override]
+        allow_dml = getattr(database, "allow_dml", False)
+        if not allow_dml and spark_change(query) is not None:
+            # sqlglot parses these as commands (or as a cache or a refresh), which
+            # Superset's own DML guard lets through.
+            raise SupersetDMLNotAllowedException()
         procedure = called_procedure(query)
-        if procedure is not None and not getattr(database, "allow_dml", False):
+        if procedure is not None and not allow_dml:
             # sys.procedures says which procedures only read (sys.version,
             # sys.list_tiering_statuses, ...); any other CALL, an unknown one
             # included, is refused as Superset refuses an INSERT.
