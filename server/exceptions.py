@@ -82,6 +82,16 @@ class ReservedNameError(InvalidArgumentError):
     error_code = 2300
 
 
+class UnsupportedKeyTypeError(InvalidArgumentError):
+    """A tiered table's ``primary-key`` names a column of a type that cannot be a key (ARRAY, MAP,
+    STRUCT, anything but the primitive types tierlake compares exactly as Spark compares grouping
+    keys), or a first key column of a type Iceberg cannot bucket by (BOOLEAN, FLOAT, DOUBLE).
+    Refused before anything is made (docs/tiering.md, "Key types")."""
+
+    sqlstate = "42P16"
+    error_code = 2302
+
+
 class MigrationError(TierlakeError):
     """The sys schema could not be brought up to date."""
 

@@ -21,7 +21,7 @@ from tierlake.server.catalog.properties import (  # the keys' one definition; re
     validate,
 )
 from tierlake.server.catalog.transforms import parse_transform, split_transforms
-from tierlake.server.exceptions import InvalidArgumentError, ReservedNameError
+from tierlake.server.exceptions import InvalidArgumentError, ReservedNameError, UnsupportedKeyTypeError
 
 __all__ = ["BUCKETS", "CHUNK_ROWS", "DEFAULT_BUCKETS", "ENABLED", "LAKE_PARTITION", "MAX_ROUND", "PRIMARY_KEY",
            "QUALITY", "QUALITY_MODES", "SEQUENCE_BY", "CHANGE_TYPE", "CHANGE_TYPES", "Column", "TieredSpec",
@@ -89,6 +89,7 @@ class TieredSpec:
         for key in self.primary_key:
             if key not in names:
                 raise InvalidArgumentError(f"primary key column {key!r} is not a column of the table")
+        refuse_unsupported_key_types(self.primary_key, columns)
         if self.sequence_by and self.sequence_by not in names:
             raise InvalidArgumentError(f"'{SEQUENCE_BY}' column {self.sequence_by!r} is not a column of the table")
         if self.sequence_by and not self.primary_key:
@@ -113,6 +114,44 @@ def refuse_reserved_names(columns: list[Column]) -> None:
             raise ReservedNameError(
                 f"column {c.name!r} has the name of an Iceberg metadata column "
                 f"({', '.join(ICEBERG_METADATA_COLUMNS)}), which Iceberg cannot read a table with; rename the column")
+
+
+# The key column types tierlake compares exactly as Spark compares grouping keys (docs/tiering.md, "Key
+# types"; SparkKeys.java): the first word of the type's SQL text, as Spark or its parser spells it.
+KEY_TYPES = frozenset({"tinyint", "byte", "smallint", "short", "int", "integer", "bigint", "long", "decimal", "dec",
+                       "numeric", "string", "char", "varchar", "binary", "date", "timestamp", "timestamp_ntz",
+                       "timestamp_ltz", "boolean", "float", "real", "double"})
+# Key types Iceberg's bucket transform cannot take: not the first key column (the stream and lake tables
+# are bucketed by it; create_stream_table.sql.j2).
+UNBUCKETED_KEY_TYPES = frozenset({"boolean", "float", "real", "double"})
+
+
+def _type_name(type_text: str) -> str:
+    text = type_text.strip().lower()
+    for i, ch in enumerate(text):
+        if not (ch.isalnum() or ch == "_"):
+            return text[:i]
+    return text
+
+
+def refuse_unsupported_key_types(primary_key: list[str], columns: list[Column]) -> None:
+    """Refuse a primary-key column of a type tierlake does not compare as Spark does, or a first key
+    column of a type Iceberg cannot bucket by, before anything is made (``UnsupportedKeyTypeError``)."""
+    types = {c.name.lower(): c.type for c in columns}
+    for i, key in enumerate(primary_key):
+        if key not in types:
+            continue
+        name = _type_name(types[key])
+        if name not in KEY_TYPES:
+            raise UnsupportedKeyTypeError(
+                f"primary key column {key!r} has type {types[key].strip()}, which cannot be a key: key columns "
+                "are BOOLEAN, integers (TINYINT to BIGINT), FLOAT, DOUBLE, DECIMAL, STRING (CHAR, VARCHAR), "
+                "BINARY, DATE, TIMESTAMP or TIMESTAMP_NTZ; ARRAY, MAP and STRUCT columns cannot be")
+        if i == 0 and name in UNBUCKETED_KEY_TYPES:
+            raise UnsupportedKeyTypeError(
+                f"primary key column {key!r} has type {types[key].strip()}, which cannot be the first key column: "
+                "the table is bucketed by its first key column, and a BOOLEAN, FLOAT or DOUBLE column cannot be "
+                "bucketed; put a key column of another type first (e.g. 'primary-key'='id, " + key + "')")
 
 
 # What a STRUCT field name may hold. The metastore keeps each column's type as Hive type text with the

@@ -661,10 +661,10 @@ public final class FreshMerge extends AbstractFunction1<SparkSessionExtensions, 
                 && "-U".equals(((UTF8String) row.get(change, types[change])).toString())) {
               continue; // a before-image: not a change of its own
             }
-            Object[] key = new Object[keys.length];
-            for (int k = 0; k < keys.length; k++) key[k] = row.get(keys[k], types[keys[k]]);
+            // The key as Spark's window over it compares (SparkKeys: BINARY by content, -0.0 = 0.0,
+            // NaN = NaN, DECIMAL by value): the distributed form's PARTITION BY.
+            List<Object> id = SparkKeys.key(row, keys, types);
             Object sequence = sequenceBy < 0 || row.isNullAt(sequenceBy) ? null : row.get(sequenceBy, types[sequenceBy]);
-            List<Object> id = Arrays.asList(key);
             Object[] best = winners.get(id);
             if (best == null || wins(commit, sequence, (Long) best[1], best[2])) {
               winners.put(id, new Object[] {row, commit, sequence});

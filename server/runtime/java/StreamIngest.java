@@ -368,47 +368,46 @@ public final class StreamIngest {
             int seqPos = sequenceBy == null ? -1 : position(schema, sequenceBy);
             StructType sparkType = SparkSchemaUtil.convert(schema);
             int width = sparkType.fields().length;
-            Map<String, List<Object[]>> byKey = new LinkedHashMap<>();
-            StringBuilder b = new StringBuilder();
+            org.apache.spark.sql.types.DataType[] types = dataTypes(sparkType);
+            // Keys and rows compared as Spark compares them (SparkKeys: BINARY by content, -0.0 = 0.0,
+            // NaN = NaN, DECIMAL by value), as the round's SQL does (changelog_check.sql.j2).
+            Map<List<Object>, List<Object[]>> byKey = new LinkedHashMap<>();
             for (InternalRow row : rows) {
                 boolean nullKey = false;
-                b.setLength(0);
                 for (int k : keyPos) {
                     nullKey |= row.isNullAt(k);
-                    b.append(row.isNullAt(k) ? "" : String.valueOf(row.get(k, sparkType.fields()[k].dataType())))
-                            .append('\u0001');
                 }
                 String ct = ctPos < 0 || row.isNullAt(ctPos) ? null : row.getUTF8String(ctPos).toString();
                 if (nullKey || "-U".equals(ct)) {
                     continue;
                 }
-                String effect;
+                Object effect;
                 if ("-D".equals(ct)) {
-                    effect = "\u0002-D";
+                    effect = "-D";
                 } else {
-                    StringBuilder e = new StringBuilder();
-                    for (int i = 0; i < width; i++) {
+                    int[] others = new int[ctPos < 0 ? width : width - 1];
+                    for (int i = 0, o = 0; i < width; i++) {
                         if (i != ctPos) {
-                            e.append(row.isNullAt(i) ? "\u0000" : String.valueOf(row.get(i,
-                                    sparkType.fields()[i].dataType()))).append('\u0001');
+                            others[o++] = i;
                         }
                     }
-                    effect = e.toString();
+                    effect = SparkKeys.key(row, others, types);
                 }
                 Object seq = seqPos < 0 || row.isNullAt(seqPos) ? null
                         : row.get(seqPos, sparkType.fields()[seqPos].dataType());
-                byKey.computeIfAbsent(b.toString(), x -> new ArrayList<>()).add(new Object[] {seq, effect});
+                byKey.computeIfAbsent(SparkKeys.key(row, keyPos, types), x -> new ArrayList<>())
+                        .add(new Object[] {seq, effect});
             }
             long count = 0;
             String first = null;
-            for (Map.Entry<String, List<Object[]>> e : byKey.entrySet()) {
+            for (Map.Entry<List<Object>, List<Object[]>> e : byKey.entrySet()) {
                 if (e.getValue().size() > 1 && unordered(e.getValue(), seqPos >= 0)) {
                     count++;
                     if (first == null) {
-                        String[] values = e.getKey().split("\u0001", -1);
                         StringBuilder named = new StringBuilder("(");
                         for (int i = 0; i < keyPos.length; i++) {
-                            String v = values[i].length() > 40 ? values[i].substring(0, 40) + "…" : values[i];
+                            String shown = SparkKeys.show(e.getKey().get(i));
+                            String v = shown.length() > 40 ? shown.substring(0, 40) + "…" : shown;
                             named.append(i == 0 ? "" : ", ").append(schema.columns().get(keyPos[i]).name())
                                     .append('=').append(v);
                         }
@@ -531,7 +530,7 @@ public final class StreamIngest {
                 throw new IllegalStateException(CANCELLED);
             }
             if (rows != null) {
-                Set<String> keySet = keys.length == 0 ? null : keyValues(table.schema(), rows, keys);
+                Set<List<Object>> keySet = keys.length == 0 ? null : keyValues(table.schema(), rows, keys);
                 Pending p = new Pending(rows, table, requestId, keySet);
                 pending = p;
                 p.cancelled = cancelled;
@@ -602,14 +601,14 @@ public final class StreamIngest {
         final String requestId;
         final long rows;
         /** The statement's keys (primary-key tables), or null: statements with common keys need their own snapshots. */
-        final Set<String> keys;
+        final Set<List<Object>> keys;
         volatile boolean done;
         volatile long result;
         volatile RuntimeException failure;
         /** Its client went away: dropped unless its group's commit already began. */
         volatile boolean cancelled;
 
-        Pending(List<InternalRow> data, Table analysed, String requestId, Set<String> keys) {
+        Pending(List<InternalRow> data, Table analysed, String requestId, Set<List<Object>> keys) {
             this.data = data;
             this.analysed = analysed;
             this.requestId = requestId;
@@ -878,10 +877,10 @@ public final class StreamIngest {
                 tx = table.newTransaction();
                 int start = 0;
                 while (start < writing.size()) {
-                    Set<String> keysInSnapshot = new HashSet<>();
+                    Set<List<Object>> keysInSnapshot = new HashSet<>();
                     int end = start;
                     while (end < writing.size()) {
-                        Set<String> k = writing.get(end).keys;
+                        Set<List<Object>> k = writing.get(end).keys;
                         if (k != null && end > start && !Collections.disjoint(keysInSnapshot, k)) {
                             break;
                         }
@@ -1215,24 +1214,26 @@ public final class StreamIngest {
         return names == null || names.isEmpty() ? new String[0] : names.split("\n");
     }
 
-    /** Each row's key as one string (the key columns' values, joined). */
-    static Set<String> keyValues(Schema schema, List<InternalRow> rows, String[] keys) {
+    /**
+     * Each row's key, compared as Spark compares keys (SparkKeys: BINARY by content, -0.0 = 0.0,
+     * NaN = NaN, DECIMAL by value; a list per row, so composite keys cannot collide).
+     */
+    static Set<List<Object>> keyValues(Schema schema, List<InternalRow> rows, String[] keys) {
         int[] pos = positions(schema, keys);
-        StructType sparkType = SparkSchemaUtil.convert(schema);
-        org.apache.spark.sql.types.DataType[] types = new org.apache.spark.sql.types.DataType[pos.length];
-        for (int i = 0; i < pos.length; i++) {
-            types[i] = sparkType.fields()[pos[i]].dataType();
-        }
-        Set<String> out = new HashSet<>();
-        StringBuilder b = new StringBuilder();
+        org.apache.spark.sql.types.DataType[] types = dataTypes(SparkSchemaUtil.convert(schema));
+        Set<List<Object>> out = new HashSet<>();
         for (InternalRow row : rows) {
-            b.setLength(0);
-            for (int i = 0; i < pos.length; i++) {
-                b.append(row.isNullAt(pos[i]) ? "\u0000" : String.valueOf(row.get(pos[i], types[i]))).append('\u0001');
-            }
-            out.add(b.toString());
+            out.add(SparkKeys.key(row, pos, types));
         }
         return out;
+    }
+
+    private static org.apache.spark.sql.types.DataType[] dataTypes(StructType sparkType) {
+        org.apache.spark.sql.types.DataType[] types = new org.apache.spark.sql.types.DataType[sparkType.fields().length];
+        for (int i = 0; i < types.length; i++) {
+            types[i] = sparkType.fields()[i].dataType();
+        }
+        return types;
     }
 
     private static int position(Schema schema, String name) {
