@@ -20,13 +20,14 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import random
 import sys
 import threading
 import time
 import traceback
 
-from hypothesis import HealthCheck, Phase, given, seed, settings
-from hypothesis import strategies as st
+from hypothesis.control import BuildContext
+from hypothesis.internal.conjecture.data import ConjectureData
 
 from bench.common import start_server
 from tests.server.differential.harness import Divergence, Harness
@@ -69,30 +70,28 @@ def main(argv: list[str] | None = None) -> int:
     def one(case) -> None:
         nonlocal ran
         t = time.monotonic()
+        harness = Harness(server)
         try:
-            Harness(server).run(case)
+            harness.run(case)
         except Exception as e:  # noqa: BLE001 - every case's outcome is counted
             record(case, e)
         with lock:
             ran += 1
             if args.verbose:
-                print(f"case {ran}: {time.monotonic() - t:.1f} s", flush=True)
+                steps = ", ".join(f"{k} {v:.1f}" for k, v in harness.seconds.items())
+                print(f"case {ran}: {time.monotonic() - t:.1f} s ({steps})", flush=True)
             if ran % 10 == 0:
                 print(f"... {ran} cases, {diverged} diverged, {time.monotonic() - started:.0f} s", flush=True)
 
-    # Hypothesis draws the cases (the same strategy as the default suite), never shrinking: the long
-    # mode counts; the default suite shrinks.
-    drawn: list = []
+    # Each case drawn on its own from the same strategy as the default suite, from its own seed
+    # (Hypothesis's generate phase mutates earlier examples, so its consecutive cases look alike);
+    # never shrunk: the long mode counts, the default suite shrinks.
+    def draw(i: int):
+        data = ConjectureData(random=random.Random(args.seed * 1_000_003 + i))
+        with BuildContext(data, is_final=False, wrapped_test=None):
+            return data.draw(cases())
 
-    @settings(max_examples=args.cases, deadline=None, database=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
-    @given(data=st.data())
-    def draw(data):
-        drawn.append(data.draw(cases()))
-
-    seed(args.seed)(draw)()  # the same cases for the same --seed
-
-    pending = list(drawn)
+    pending = list(range(args.cases))
     workers = []
 
     def loop() -> None:
@@ -100,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
             with lock:
                 if not pending or (deadline and time.monotonic() > deadline):
                     return
-                case = pending.pop(0)
-            one(case)
+                i = pending.pop(0)
+            one(draw(i))
 
     for _ in range(max(1, args.threads)):
         t = threading.Thread(target=loop)
