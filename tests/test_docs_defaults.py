@@ -27,6 +27,8 @@ PHRASES = [
     re.compile(KEY + r",?\s*(?:which )?defaults? to\s+" + VALUE),
     re.compile(KEY + r"\s*\(\s*(?P<value>\d+ [KMG]iB)\)"),
 ]
+# "`tierlake.gateway.auth=PLAIN` (default)"
+ASSIGNED = re.compile(r"`(?P<key>tierlake\.[a-z0-9.\-]+)=(?P<value>[^`]+)`\s*\(default\)")
 MENTION = re.compile(KEY + r"[^`.;]{0,40}\bdefault", re.IGNORECASE)
 SIZES = {"bytes": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3}
 
@@ -35,14 +37,37 @@ def docs():
     return [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "configuration.md")]
 
 
+def table_defaults(text: str) -> list[tuple[int, str, str]]:
+    """(line, key, value as written) of the rows of Markdown tables with a "default" column: the
+    first ``tierlake.*`` key of the row and the default cell's first value (before its notes)."""
+    found, column = [], None
+    lines = text.splitlines()
+    for number, line in enumerate(lines, 1):
+        if not line.startswith("|"):
+            column = None
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if column is None:
+            column = cells.index("default") if "default" in cells else -1
+            continue
+        if column < 0 or set(line) <= set("|-: ") or column >= len(cells):
+            continue
+        key = re.search(KEY, " ".join(c for i, c in enumerate(cells) if i != column))
+        value = re.match(VALUE, cells[column])
+        if key and value:
+            found.append((number, key.group("key"), value.group("value")))
+    return found
+
+
 def stated_defaults() -> list[tuple[str, int, str, str]]:
-    """(file, line, key, value as written) of every default the prose states."""
+    """(file, line, key, value as written) of every default the prose and its tables state."""
     found = []
     for path in docs():
         text = path.read_text(encoding="utf-8")
-        for phrase in PHRASES:
+        for phrase in (*PHRASES, ASSIGNED):
             for m in phrase.finditer(text):
                 found.append((path.name, text.count("\n", 0, m.start()) + 1, m.group("key"), m.group("value")))
+        found += [(path.name, line, key, value) for line, key, value in table_defaults(text)]
     return found
 
 
