@@ -3,6 +3,11 @@ Superset (tierlake_client.superset.statements) and without a server."""
 
 from __future__ import annotations
 
+import socket
+import ssl
+import subprocess
+import threading
+
 import pytest
 from sqlalchemy.exc import DBAPIError
 from tierlake_client.exceptions import ConfigError, TierlakeError
@@ -75,3 +80,25 @@ def test_connection_failures_say_why():
         connect(f"jdbc:hive2://127.0.0.1:{port}/default;ssl=true", "u", "pw")
     with pytest.raises(ConfigError, match="auth=noSasl sends no password"):
         connect(f"jdbc:hive2://127.0.0.1:{port}/default;auth=noSasl", "u", "pw")
+
+
+def test_a_plain_connection_to_a_tls_gateway_says_it_may_need_ssl(tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"], check=True, capture_output=True)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(cert), str(key))
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+
+        def serve():  # a TLS listener, as a gateway with tierlake.gateway.ssl.certfile
+            client, _ = listener.accept()
+            try:
+                context.wrap_socket(client, server_side=True)
+            except (OSError, ssl.SSLError):
+                client.close()
+
+        threading.Thread(target=serve, daemon=True).start()
+        with pytest.raises(TierlakeError, match=f"cannot connect to the gateway at 127.0.0.1:{port}: it closed the "
+                                                "connection at login .*a TLS gateway needs ssl=true"):
+            connect(f"jdbc:hive2://127.0.0.1:{port}/default", "u", "pw")

@@ -81,8 +81,8 @@ def connect(url: str, user: str, password: str | None = None, ca_file: str | Non
             if _refused(host, port):
                 raise TierlakeError(f"cannot connect to the gateway at {host}:{port}: nothing is listening there "
                                     "(is the server running, and is this its port, tierlake.gateway.port?)") from e
-            raise TierlakeError(f"cannot connect to the gateway at {host}:{port}: {e} (a TLS gateway needs "
-                                "ssl=true; a NOSASL gateway auth=noSasl)") from e
+            raise TierlakeError(f"cannot connect to the gateway at {host}:{port}: it closed the connection at "
+                                f"login ({e}): a TLS gateway needs ssl=true, a NOSASL gateway auth=noSasl") from e
     from thrift.transport.TSocket import TSocket
     from thrift.transport.TTransport import TBufferedTransport
 
