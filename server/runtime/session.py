@@ -234,6 +234,13 @@ def embedded_metastore(db, user_conf: dict[str, str]) -> bool:
     return not db.shared and not (uris or "").strip()
 
 
+def executors_in_driver(master: str) -> bool:
+    """A ``local`` master: tasks run in the driver's JVM, with its class path.
+    Any other (``local-cluster``, ``spark://``, YARN, K8s) starts executor JVMs
+    that have only Spark's jars and what ``spark.jars`` brings them."""
+    return re.fullmatch(r"local(\[.*\])?", master.strip()) is not None
+
+
 def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
     """Every Spark setting of the server, user settings last (they win)."""
     home = config.home
@@ -321,20 +328,37 @@ def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
         settings[f"spark.sql.catalog.{LOCKING_CATALOG}.hadoop.iceberg.engine.hive.lock-enabled"] = "true"
     # The metastore's JDBC driver is needed by the driver JVM only (Hive's
     # metastore code runs there), and before any SQL: the class path.
-    classpath = list(db.jars) + [str(internal_jar(home))]
+    internal = str(internal_jar(home))
+    classpath = list(db.jars) + [internal]
+    executor_jars: list[str] = []
     if "spark.jars.packages" not in user:
         jars = resolve_iceberg_jars(home, os.environ.get("TIERLAKE_ICEBERG_JARS"))
         # Both: spark.jars alone is not seen by the Thrift Server's handler
         # threads (DATA_SOURCE_NOT_FOUND: iceberg), the driver classpath is.
         # Executors (spark://, YARN, K8s) fetch spark.jars from the driver.
-        settings["spark.jars"] = ",".join(str(j) for j in jars)
+        executor_jars += [str(j) for j in jars]
         classpath += [str(j) for j in jars]
+    if not executors_in_driver(config.text("tierlake.master")):
+        # Tasks run tierlake's classes too: a fresh view's pending-key probe
+        # (KeySet) and its distributed form (FreshMerge's functions, the
+        # IncrementalCatalog and FreshEntries readers), file: through
+        # LocalFileSystem. Executors in other JVMs get them from spark.jars,
+        # like the Iceberg jars: without it a fresh view with pending changes
+        # failed on the executor (ClassCastException: cannot assign instance of
+        # SerializedLambda to field MapPartitionsRDD.f; issue 50).
+        executor_jars.append(internal)
+        given = [j for j in (user.get("spark.jars") or "").split(",") if j.strip()]
+        if given and internal not in given:
+            # A user's spark.jars wins over the Iceberg jars, as any setting does, but
+            # never drops the classes the server's own plans need on executors.
+            user["spark.jars"] = ",".join(given + [internal])
+    if executor_jars:
+        settings["spark.jars"] = ",".join(executor_jars)
     if classpath:
         settings["spark.driver.extraClassPath"] = os.pathsep.join(classpath)
-    if re.fullmatch(r"local(\[.*\])?", config.text("tierlake.master")):
-        # Executors run in this JVM, which has the class (see LocalFileSystem.java);
-        # local-cluster's executors are other JVMs, without it.
-        settings["spark.hadoop.fs.file.impl"] = LOCAL_FILE_SYSTEM
+    # Executors have the class (see LocalFileSystem.java): in this JVM with a
+    # local master, from spark.jars otherwise.
+    settings["spark.hadoop.fs.file.impl"] = LOCAL_FILE_SYSTEM
     extra = user.pop("spark.driver.extraJavaOptions", "")
     settings["spark.driver.extraJavaOptions"] = " ".join(java_opts + ([extra] if extra else []))
     settings.update(network_settings(user, config.text("tierlake.master")))
