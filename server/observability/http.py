@@ -30,6 +30,36 @@ VIEWER_ROLES = frozenset({"reader", "writer", "admin"})
 # A password check costs ~50 ms of a core (the gateway's password hashing): a page that refreshes and
 # Prometheus scraping every few seconds would pay it every time without this.
 LOGIN_CACHE_S = 60.0
+# Budgets of this door, apart from the gateway's (issue 51): 48 clients sending wrong passwords to /metrics
+# took the gateway's 4 password checks and raised an admin's login + SELECT 1 from 2.2 s to 26 s.
+# Connections open at once, in all and per client address (the rest are answered 503 at once, no thread):
+HTTP_MAX_CONNECTIONS = 64
+HTTP_MAX_PER_ADDRESS = 16
+# Password checks of this door at once (one core at most, the gateway keeps its own four), and how long a
+# request waits for one before it is answered 503.
+HTTP_CONCURRENT_CHECKS = 1
+CHECK_WAIT_S = 2.0
+
+
+class Busy(Exception):
+    """This door's budget of password checks is spent: 503, try again."""
+
+
+class _Budget:
+    """A bounded number of password checks at once; ``with`` waits at most
+    ``wait_s`` for one, then raises :class:`Busy` (the check never runs)."""
+
+    def __init__(self, size: int, wait_s: float):
+        self._slots = threading.BoundedSemaphore(size)
+        self.wait_s = wait_s
+
+    def __enter__(self) -> _Budget:
+        if not self._slots.acquire(timeout=self.wait_s):
+            raise Busy
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._slots.release()
 
 
 class Logins(Protocol):
@@ -38,7 +68,7 @@ class Logins(Protocol):
     @property
     def enabled(self) -> bool: ...
 
-    def authenticate(self, user: str, password: str) -> bool: ...
+    def authenticate(self, user: str, password: str, checks: Any = None) -> bool: ...
 
     def roles(self, user: str | None) -> frozenset[str]: ...
 
@@ -54,6 +84,38 @@ class _Server(ThreadingHTTPServer):
             self.address_family = socket.AF_INET6
         self.owner = owner
         super().__init__(address, _Handler)
+
+    def process_request(self, request, client_address) -> None:
+        """A thread per connection, within this door's connection budget: over it, the connection is
+        answered 503 (plain HTTP) or closed (TLS, before any handshake) at once, in the accepting thread."""
+        host = client_address[0]
+        with self.owner._conn_lock:
+            total, mine = sum(self.owner._conns.values()), self.owner._conns.get(host, 0)
+            admitted = total < HTTP_MAX_CONNECTIONS and mine < HTTP_MAX_PER_ADDRESS
+            if admitted:
+                self.owner._conns[host] = mine + 1
+        if not admitted:
+            try:
+                if self.owner.ssl_context is None:
+                    request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n"
+                                    b"Content-Length: 0\r\nConnection: close\r\n\r\n")
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            host = client_address[0]
+            with self.owner._conn_lock:
+                left = self.owner._conns.get(host, 1) - 1
+                if left > 0:
+                    self.owner._conns[host] = left
+                else:
+                    self.owner._conns.pop(host, None)
 
     def handle_error(self, request, client_address) -> None:
         # socketserver prints a traceback to stderr: a plain-HTTP client on a TLS port, a scanner.
@@ -79,7 +141,13 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         owner: ObservabilityHttp = self.server.owner  # type: ignore[attr-defined]
         url = urlsplit(self.path)
-        if not owner.allowed(self.headers.get("Authorization")):
+        try:
+            allowed = owner.allowed(self.headers.get("Authorization"))
+        except Busy:
+            self._send(503, "text/plain; charset=utf-8", b"busy: too many logins at once; try again\n",
+                       {"Retry-After": "1"})
+            return
+        if not allowed:
             self._send(401, "text/plain; charset=utf-8",
                        b"authentication required: log in as a tierlake user with the reader role\n",
                        {"WWW-Authenticate": 'Basic realm="tierlake", charset="UTF-8"'})
@@ -129,6 +197,9 @@ class ObservabilityHttp:
         self._thread: threading.Thread | None = None
         self._cache: dict[tuple[str, bytes], float] = {}
         self._cache_lock = threading.Lock()
+        self._checks = _Budget(HTTP_CONCURRENT_CHECKS, CHECK_WAIT_S)
+        self._conns: dict[str, int] = {}
+        self._conn_lock = threading.Lock()
 
     @property
     def port(self) -> int:
@@ -166,7 +237,7 @@ class ObservabilityHttp:
         with self._cache_lock:
             if self._cache.get(key, 0.0) > now:
                 return True
-        if self.logins.authenticate(user, password) and VIEWER_ROLES & set(self.logins.roles(user)):
+        if self.logins.authenticate(user, password, self._checks) and VIEWER_ROLES & set(self.logins.roles(user)):
             with self._cache_lock:
                 self._cache = {k: v for k, v in self._cache.items() if v > now}
                 self._cache[key] = now + LOGIN_CACHE_S

@@ -125,9 +125,12 @@ class PasswordFile:
                 self._stamp = stamp
             return self._users
 
-    def authenticate(self, user: str, password: str) -> bool:
+    def authenticate(self, user: str, password: str, checks: threading.Semaphore | None = None) -> bool:
+        """Check ``user``'s password within a budget of concurrent checks: the
+        gateway's own by default; another door (the HTTP port) passes its own,
+        so a flood at that door cannot slow gateway logins (issue 51)."""
         entry = self.users().get(user)
-        with self._checks:
+        with checks or self._checks:
             if entry is None:
                 # Same cost as a real check: response times do not reveal which users exist.
                 verify_password(password, _DUMMY_HASH)
