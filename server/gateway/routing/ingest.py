@@ -87,6 +87,12 @@ class IngestHandler:
         if closed is not None:
             closed(guid)
 
+    def statement_refused(self, session: SessionInfo) -> None:
+        """The gateway refused a statement of ``session`` before asking the handlers (its role, its
+        size, Spark's parse): it was the session's next statement, so the request id is gone."""
+        with self._lock:
+            self._request_ids.pop(session.session_guid, None)
+
     def request_id(self, guid: bytes) -> str | None:
         """The request id session ``guid`` set for its next statement (tests, the status page)."""
         with self._lock:

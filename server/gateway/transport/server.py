@@ -649,6 +649,9 @@ class _Connection:
                 authorizer.check(session.user, statement, session)
             except TierlakeError as exc:
                 metrics.statement("unrouted", "denied")
+                refused = getattr(self.gateway.handler, "statement_refused", None)
+                if refused is not None:  # a refused statement is a statement: it uses up the request id
+                    refused(session)
                 # Spark's parse error (with a password file the gateway parses first): one line, as relayed.
                 message, state, code = (errors.readable(exc.message, exc.sqlstate, exc.error_code)
                                         or (exc.message, exc.sqlstate, exc.error_code))

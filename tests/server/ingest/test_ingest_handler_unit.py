@@ -188,6 +188,10 @@ def test_the_request_id_is_kept_by_the_gateway_and_tags_the_next_statement_only(
         ("tierlake.write.request-id", "x")]
     run(h, set_plan("RESET `tierlake.write.request-id`", "tierlake.write.request-id", node="ResetCommand"), s)
     assert h.request_id(s.session_guid) is None
+    # A statement the gateway refused before asking the handlers (its role, Spark's parse) uses it up too.
+    run(h, set_plan("SET `tierlake.write.request-id`=y", "tierlake.write.request-id", "y"), s)
+    h.statement_refused(s)
+    assert h.request_id(s.session_guid) is None
 
 
 def test_bad_request_ids_and_unknown_tierlake_settings_are_refused_at_set():
