@@ -239,6 +239,7 @@ class TwoPhaseCreate:
         self.journal = Journal(self.spark)
         self.row: dict[str, Any] | None = None
         self.registered = False  # commit registered the table (an abort after that unregisters it)
+        self.made_view_database: str | None = None  # the fresh view's database, if commit made it
         self.spec: Any = None
         self.columns: list = []
         self.position = 0
@@ -325,6 +326,8 @@ class TwoPhaseCreate:
             faults.point("ctas-after-rename")
             state, _ = register_table(self.ctx, self.target, self.lake, Status.NEW, tiered_position=self.position)
             self.registered = True
+            view_database = fresh_view.fresh_path(self.ctx.config, self.target).database
+            self.made_view_database = None if self.spark.catalog.databaseExists(view_database) else view_database
             fresh_view.create(self.spark, self.ctx.config, self.target, self.lake)
         try:
             self.journal.finish(self.ctas_id, COMMITTED)
@@ -342,6 +345,8 @@ class TwoPhaseCreate:
                 fresh_view.drop_view(self.spark, fresh_view.fresh_path(self.ctx.config, self.target))
                 follow_table_change(self.ctx, self.target, None)
                 self.registered = False
+                if self.made_view_database and _database_empty(self.spark, self.made_view_database):
+                    self.spark.sql(sql.render(T_DROP_DATABASE, database=self.made_view_database))
             dropped = remove_everything(self.spark, self.row)
             self.journal.finish(self.ctas_id, ABORTED, reason[:2048])
             log.info("CTAS %s of %s aborted (%s); removed %s", self.ctas_id, self.target, reason, dropped or "nothing")

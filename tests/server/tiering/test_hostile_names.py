@@ -302,3 +302,15 @@ def test_a_rename_whose_registration_cannot_follow_is_renamed_back(server, hive_
     monkeypatch.undo()
     insert(hive_cursor, f"{db}.t", [row(1, 1, "+I", True)])
     assert read(spark, f"{db}_fresh.t") == expected([[row(1, 1, "+I", True)]], True)
+
+
+def test_a_ctas_failing_after_it_registered_leaves_nothing_and_runs_again(server, hive_cursor, spark, db, monkeypatch):
+    statement = (f"CREATE TABLE {db}.c TBLPROPERTIES ('table.datalake.enabled'='true') "
+                 "AS SELECT 1 AS d, 'x' AS winners")
+    monkeypatch.setattr(fresh_view, "create", after(fresh_view.create, "create the fresh view"))
+    state, message = sql_error(hive_cursor, statement)
+    assert "injected failure after create the fresh view" in message, message
+    assert left_behind(spark, server, db, "c") == []
+    monkeypatch.undo()
+    run(hive_cursor, statement)
+    assert read(spark, f"{db}_fresh.c") == [(1, "x")]
