@@ -18,6 +18,10 @@ UNRESOLVED_COLUMN.*         42703     2015  NoSuchColumnError
 PARSE_SYNTAX_ERROR          42601     2001  SqlSyntaxError
 =========================  ========  ====  ==================================
 
+A refusal of the check rule on Spark's resolved plan (``AuthzCheck.java``,
+``java.lang.SecurityException: permission denied: …``) is answered as the
+gateway's own refusals are: ``permission denied: …``, 42501, code 2008.
+
 Any other error with an error class loses its Java class names, plan and
 stack the same way and keeps Spark's SQLSTATE. The full text stays in
 spark.log (Spark's Thrift Server logs every failed statement with its stack).
@@ -27,7 +31,7 @@ from __future__ import annotations
 
 import re
 
-from tierlake.server.exceptions import NoSuchColumnError, NoSuchTableError, SqlSyntaxError
+from tierlake.server.exceptions import NoSuchColumnError, NoSuchTableError, PermissionDeniedError, SqlSyntaxError
 
 # [ERROR_CLASS] or [ERROR_CLASS.SUB_CLASS]
 _CLASS = re.compile(r"\[(?P<cls>[A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)?)\]")
@@ -47,6 +51,7 @@ _CODES = {
     "UNRESOLVED_COLUMN": (NoSuchColumnError.sqlstate, NoSuchColumnError.error_code),
     "PARSE_SYNTAX_ERROR": (SqlSyntaxError.sqlstate, SqlSyntaxError.error_code),
 }
+_REFUSED = "java.lang.SecurityException: permission denied: "
 _SQL_SECTION = re.compile(r"== SQL ==\s*\n(?P<sql>.*?)(?:\n\s*\^+|$)", re.DOTALL)
 _UNQUALIFIED_CALL = re.compile(r"^\s*CALL\s+(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*\(", re.IGNORECASE)
 
@@ -63,6 +68,11 @@ def readable(message: str | None, sqlstate: str | None, error_code: int | None) 
         if text.startswith(prefix):
             text = text[len(prefix):]
     text = text.strip()
+    if text.startswith(_REFUSED):
+        # AuthzCheck's refusal on Spark's resolved plan (a SecurityException, no error class): the
+        # gateway's own permission error, one line, whichever check refused.
+        refused = text[len(_REFUSED) - len("permission denied: "):].split("\n", 1)[0].strip()
+        return refused, PermissionDeniedError.sqlstate, PermissionDeniedError.error_code
     first = _CLASS.match(text)
     if first is None:
         return None  # a task's failure, a Java error: the clients' own cleaning keeps working on it

@@ -94,6 +94,82 @@ public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, 
             || node instanceof org.apache.spark.sql.catalyst.plans.logical.MergeIntoTable;
     }
 
+    /** Table property of a stream table (server/catalog/properties.py, ENABLED). */
+    static final String STREAM_PROPERTY = "table.datalake.enabled";
+    /** Table property of a lake table: its stream table (sql/templates/create_lake_table.sql.j2). */
+    static final String LAKE_PROPERTY = "tierlake.stream-table";
+
+    /** The table a write node writes (its first field: AppendData, Overwrite*, ReplaceData, WriteDelta,
+     *  DeleteFromTable, UpdateTable, MergeIntoTable all name their target first), or null. */
+    private static org.apache.spark.sql.connector.catalog.Table writeTable(LogicalPlan write) {
+        Object target = write.productArity() > 0 ? write.productElement(0) : null;
+        for (int depth = 0; depth < 16 && target != null; depth++) {
+            if (target instanceof org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation) {
+                return ((org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation) target).table();
+            } else if (target instanceof org.apache.spark.sql.catalyst.analysis.ResolvedTable) {
+                return ((org.apache.spark.sql.catalyst.analysis.ResolvedTable) target).table();
+            } else if (target instanceof scala.Option) {
+                scala.Option<?> option = (scala.Option<?>) target;
+                target = option.isDefined() ? option.get() : null;
+            } else if (target instanceof LogicalPlan && ((LogicalPlan) target).children().size() == 1) {
+                target = ((LogicalPlan) target).children().head();  // SubqueryAlias, a projection
+            } else {
+                return null;
+            }
+        }
+        return null;
+    }
+
+    /** True while this thread runs tierlake's ingest path (StreamIngest), which analyses a writer's
+     *  INSERT into a stream table in the writer's own session after its checks; a statement Spark
+     *  runs for a client (relayed by the gateway) never has it on its stack. */
+    private static boolean inIngest() {
+        return StackWalker.getInstance().walk(frames ->
+            frames.anyMatch(f -> f.getClassName().startsWith("io.tierlake.internal.StreamIngest")));
+    }
+
+    private static String verb(LogicalPlan write) {
+        String name = simple(write);
+        switch (name) {
+            case "MergeIntoTable": return "MERGE";
+            case "UpdateTable": return "UPDATE";
+            case "DeleteFromTable": return "DELETE";
+            case "ReplaceData": case "WriteDelta": return "MERGE, UPDATE or DELETE (" + name + ")";
+            case "OverwriteByExpression": case "OverwritePartitionsDynamic": return "INSERT OVERWRITE";
+            case "AppendData": return "an append outside INSERT's ingest checks (MERGE … WHEN NOT MATCHED THEN INSERT)";
+            default: return name;
+        }
+    }
+
+    /**
+     * Writers append to stream tables, through the ingest path, and do nothing else to tiered
+     * tables (issue 51): a MERGE, UPDATE, DELETE or overwrite of a stream table is a commit that
+     * tiering cannot carry (the table would go Failed), an insert-only MERGE skips the ingest
+     * checks (a forged change type fails every round), and a write into a lake table makes the
+     * lake differ from its stream. Decided on the table Spark resolved; null when allowed.
+     */
+    private static String tieredWrite(LogicalPlan write) {
+        org.apache.spark.sql.connector.catalog.Table table = writeTable(write);
+        if (table instanceof org.apache.spark.sql.connector.write.RowLevelOperationTable) {
+            // DELETE, UPDATE and MERGE are rewritten to ReplaceData/WriteDelta over this wrapper, which
+            // answers no properties of its own.
+            table = ((org.apache.spark.sql.connector.write.RowLevelOperationTable) table).table();
+        }
+        if (table == null) return null;
+        Map<String, String> props = table.properties();
+        if (props == null) return null;
+        if (props.containsKey(LAKE_PROPERTY)) {
+            return "a write into the lake table " + table.name() + " (lake tables are written by tiering only)";
+        }
+        if ("true".equalsIgnoreCase(props.get(STREAM_PROPERTY))) {
+            if (write instanceof org.apache.spark.sql.catalyst.plans.logical.AppendData && inIngest()) return null;
+            return verb(write) + " of the stream table " + table.name()
+                + " (writers append to stream tables with INSERT INTO, through the ingest checks; anything else"
+                + " would stop or falsify its tiering)";
+        }
+        return null;
+    }
+
     /** The namespace (database) of the first table a write node names, or null. */
     private static String writeNamespace(LogicalPlan write) {
         ArrayDeque<Object> stack = new ArrayDeque<>();
@@ -226,6 +302,8 @@ public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, 
                         if (namespace != null && namespace.equalsIgnoreCase("sys")) {
                             return denied("a write into sys (use the sys procedures)", ADMIN);
                         }
+                        String tiered = tieredWrite(node);
+                        if (tiered != null) return denied(tiered, ADMIN);
                     }
                 }
                 scala.collection.Iterator<LogicalPlan> children = node.children().iterator();

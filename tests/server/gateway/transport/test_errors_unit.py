@@ -49,3 +49,12 @@ def test_a_call_that_does_not_tokenize_is_shown_whole():
     assert text.startswith(f"cannot parse CALL: {statement} is not valid SQL")
     assert "write \\' for a quote inside a literal" in text
     assert readable_call_error(statement, "cannot parse CALL: missing '('") == "cannot parse CALL: missing '('"
+
+
+def test_a_refusal_on_the_resolved_plan_is_a_permission_error():
+    relayed = ("org.apache.hive.service.cli.HiveSQLException: Error running query: java.lang.SecurityException: "
+               "permission denied: a write into the lake table spark_catalog.db_lake.t (lake tables are written by "
+               "tiering only) needs the admin role (decided on Spark's resolved plan)\n\tat io.tierlake.internal.X")
+    assert readable(relayed, None, 0) == (
+        "permission denied: a write into the lake table spark_catalog.db_lake.t (lake tables are written by "
+        "tiering only) needs the admin role (decided on Spark's resolved plan)", "42501", 2008)
