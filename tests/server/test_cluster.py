@@ -9,7 +9,9 @@ brings it): the fresh view's pending-key probe (KeySet), its distributed form
 through ``file:`` (LocalFileSystem).
 
 One server for the module (its start is most of the wall time); each test
-has its own tables."""
+has its own tables. Those that wait for rounds are created and written first,
+all at once (``seeded``), so their rounds overlap with the tests that need
+none (one worker tiers up to four tables at once)."""
 
 from __future__ import annotations
 
@@ -95,30 +97,6 @@ def tiered(cur, table: str, expected: list[tuple], columns: str = "*", timeout: 
              f"{expected} in {lake(table)}", every=0.5)
 
 
-def test_the_server_runs_on_the_cluster(cur, cluster):
-    cur.execute("CALL sys.server_info()")
-    assert dict(cur.fetchall())["master"] == cluster.url
-    apps = cluster.apps()
-    assert len(apps) == 1 and apps[0]["cores"] == 1, apps
-
-
-def test_ingest_and_log_tiering(cur):
-    table = create(cur, "id BIGINT, msg STRING", "1 s")
-    cur.execute(f"INSERT INTO {table} VALUES (1, 'a'), (2, 'b'), (3, 'c')")
-    cur.execute(f"INSERT INTO {table} SELECT id + 10, upper(msg) FROM {table}")  # a Spark job on the executor
-    expected = [(1, "a"), (2, "b"), (3, "c"), (11, "A"), (12, "B"), (13, "C")]
-    assert rows(cur, f"SELECT id, msg FROM {table}") == expected
-    tiered(cur, table, expected)
-
-
-def test_primary_key_tiering(cur):
-    table = create(cur, "id BIGINT, v STRING", "1 s", pk="id")
-    cur.execute(f"INSERT INTO {table} VALUES (1, 'a', '+I'), (2, 'b', '+I'), (3, 'c', '+I')")
-    tiered(cur, table, [(1, "a"), (2, "b"), (3, "c")], "id, v")
-    cur.execute(f"INSERT INTO {table} (id, v, _change_type) VALUES (2, 'B', '+U'), (3, NULL, '-D'), (4, 'd', '+I')")
-    tiered(cur, table, [(1, "a"), (2, "B"), (4, "d")], "id, v")
-
-
 def ctas(cur, values: list[tuple], freshness: str, pk: bool, extra: str = "") -> str:
     """A tiered table made by an atomic CTAS of ``(id, v)`` rows (``v`` a string or a number): they are
     in the stream and the lake at once."""
@@ -141,47 +119,36 @@ def first_round_done(cur, table: str) -> None:
 
 
 LAKE_ROWS = [(i, f"lake{i}") for i in range(1, 21)]
+MAINTAINED = [(0, "v0"), (1, "w1"), (3, "v3"), (10, "w10"), (11, "w11")]
 
 
 @pytest.fixture(scope="module")
-def pending_views(port):
-    """A primary-key and a log table, the lake holding LAKE_ROWS and changes pending after them; what
-    their fresh views must show."""
+def seeded(port):
+    """The tables whose tests wait for rounds, created and written at the module's start."""
     conn = hive.connect("127.0.0.1", port, username="cluster")
     cur = conn.cursor()
     cur.execute(f"CREATE DATABASE IF NOT EXISTS {DB}")
-    pk, log = ctas(cur, LAKE_ROWS, "1 h", pk=True), ctas(cur, LAKE_ROWS, "1 h", pk=False)
-    first_round_done(cur, pk)
-    first_round_done(cur, log)
-    cur.execute(f"INSERT INTO {pk} VALUES (2, 'new2', '+U'), (3, NULL, '-D'), (30, 'new30', '+I')")
-    cur.execute(f"INSERT INTO {log} VALUES (2, 'again2'), (30, 'new30')")
-    yield {
-        "pk": (pk, sorted([r for r in LAKE_ROWS if r[0] not in (2, 3)] + [(2, "new2"), (30, "new30")])),
-        "log": (log, sorted(LAKE_ROWS + [(2, "again2"), (30, "new30")])),
-    }
+    tables = {"log": create(cur, "id BIGINT, msg STRING", "1 s"),
+              "pk": create(cur, "id BIGINT, v STRING", "1 s", pk="id")}
+    cur.execute(f"INSERT INTO {tables['log']} VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    cur.execute(f"INSERT INTO {tables['log']} SELECT id + 10, upper(msg) FROM {tables['log']}")  # a Spark job
+    cur.execute(f"INSERT INTO {tables['pk']} VALUES (1, 'a', '+I'), (2, 'b', '+I'), (3, 'c', '+I')")
+    tables["maintained"] = ctas(cur, [(i, f"v{i}") for i in range(4)], "1 s", pk=True,
+                                extra=", 'table.datalake.auto-compaction'='true'")
+    cur.execute(f"INSERT INTO {tables['maintained']} VALUES (1, 'w1', '+U'), (10, 'w10', '+I')")
+    cur.execute(f"INSERT INTO {tables['maintained']} VALUES (2, NULL, '-D'), (11, 'w11', '+I')")
+    # Fresh views: the lake holds LAKE_ROWS at once; an hour's freshness keeps later changes pending.
+    tables["fresh_pk"] = ctas(cur, LAKE_ROWS, "1 h", pk=True)
+    tables["fresh_log"] = ctas(cur, LAKE_ROWS, "1 h", pk=False)
+    yield tables
     conn.close()
 
 
-@pytest.mark.parametrize("kind", ["pk", "log"])
-def test_fresh_view_with_pending_changes_in_both_forms(cur, pending_views, kind):
-    """Reproduction 6: the fresh view with pending changes failed on the executor
-    (``ClassCastException: cannot assign instance of java.lang.invoke.SerializedLambda
-    to field org.apache.spark.rdd.MapPartitionsRDD.f``): tierlake's classes were not
-    on its class path. Merged in the driver (the lake scan probes a set of pending keys
-    on the executor) and by Spark (``tierlake.fresh.local-merge-rows`` 0)."""
-    table, expected = pending_views[kind]
-    assert "tierlake_inc" not in plan(cur, f"SELECT id, v FROM {fresh(table)}")
-    assert rows(cur, f"SELECT id, v FROM {fresh(table)}") == expected
-    assert rows(cur, f"SELECT count(*), sum(id) FROM {fresh(table)} WHERE v IS NOT NULL") == [
-        (len(expected), sum(i for i, _ in expected))]
-    cur.execute("SET `spark.tierlake.fresh.local-merge-rows`=0")
-    try:
-        assert "tierlake_inc" in plan(cur, f"SELECT id, v FROM {fresh(table)}")
-        assert rows(cur, f"SELECT id, v FROM {fresh(table)}") == expected
-        assert rows(cur, f"SELECT id, v FROM {fresh(table)} WHERE id = 2") == [r for r in expected if r[0] == 2]
-    finally:
-        cur.execute("RESET `spark.tierlake.fresh.local-merge-rows`")
-    assert rows(cur, f"SELECT id, v FROM {lake(table)}") == LAKE_ROWS  # still pending
+def test_the_server_runs_on_the_cluster(cur, cluster, seeded):
+    cur.execute("CALL sys.server_info()")
+    assert dict(cur.fetchall())["master"] == cluster.url
+    apps = cluster.apps()
+    assert len(apps) == 1 and apps[0]["cores"] == 1, apps
 
 
 def test_kv_snapshots_and_leases(cur):
@@ -229,19 +196,69 @@ def test_create_table_as_select(cur):
     assert rows(cur, f"SELECT id, amount FROM {lake(target)}") == [(2, 300.0), (3, 500.0)]
 
 
-def test_maintenance(cur):
-    table = ctas(cur, [(i, f"v{i}") for i in range(4)], "1 s", pk=True,
-                 extra=", 'table.datalake.auto-compaction'='true'")
-    cur.execute(f"INSERT INTO {table} VALUES (1, 'w1', '+U'), (10, 'w10', '+I')")
-    cur.execute(f"INSERT INTO {table} VALUES (2, NULL, '-D'), (11, 'w11', '+I')")
+@pytest.fixture(scope="module")
+def pending_views(seeded, port):
+    """The fresh-view tables with changes pending after LAKE_ROWS; what their views must show."""
+    conn = hive.connect("127.0.0.1", port, username="cluster")
+    cur = conn.cursor()
+    pk, log = seeded["fresh_pk"], seeded["fresh_log"]
+    first_round_done(cur, pk)
+    first_round_done(cur, log)
+    cur.execute(f"INSERT INTO {pk} VALUES (2, 'new2', '+U'), (3, NULL, '-D'), (30, 'new30', '+I')")
+    cur.execute(f"INSERT INTO {log} VALUES (2, 'again2'), (30, 'new30')")
+    yield {
+        "pk": (pk, sorted([r for r in LAKE_ROWS if r[0] not in (2, 3)] + [(2, "new2"), (30, "new30")])),
+        "log": (log, sorted(LAKE_ROWS + [(2, "again2"), (30, "new30")])),
+    }
+    conn.close()
+
+
+@pytest.mark.parametrize("kind", ["pk", "log"])
+def test_fresh_view_with_pending_changes_in_both_forms(cur, pending_views, kind):
+    """Reproduction 6: the fresh view with pending changes failed on the executor
+    (``ClassCastException: cannot assign instance of java.lang.invoke.SerializedLambda
+    to field org.apache.spark.rdd.MapPartitionsRDD.f``): tierlake's classes were not
+    on its class path. Merged in the driver (the lake scan probes a set of pending keys
+    on the executor) and by Spark (``tierlake.fresh.local-merge-rows`` 0)."""
+    table, expected = pending_views[kind]
+    assert "tierlake_inc" not in plan(cur, f"SELECT id, v FROM {fresh(table)}")
+    assert rows(cur, f"SELECT id, v FROM {fresh(table)}") == expected
+    assert rows(cur, f"SELECT count(*), sum(id) FROM {fresh(table)} WHERE v IS NOT NULL") == [
+        (len(expected), sum(i for i, _ in expected))]
+    cur.execute("SET `spark.tierlake.fresh.local-merge-rows`=0")
+    try:
+        assert "tierlake_inc" in plan(cur, f"SELECT id, v FROM {fresh(table)}")
+        assert rows(cur, f"SELECT id, v FROM {fresh(table)}") == expected
+        assert rows(cur, f"SELECT id, v FROM {fresh(table)} WHERE id = 2") == [r for r in expected if r[0] == 2]
+    finally:
+        cur.execute("RESET `spark.tierlake.fresh.local-merge-rows`")
+    assert rows(cur, f"SELECT id, v FROM {lake(table)}") == LAKE_ROWS  # still pending
+
+
+def test_ingest_and_log_tiering(cur, seeded):
+    table = seeded["log"]
+    expected = [(1, "a"), (2, "b"), (3, "c"), (11, "A"), (12, "B"), (13, "C")]
+    assert rows(cur, f"SELECT id, msg FROM {table}") == expected
+    tiered(cur, table, expected)
+    assert rows(cur, f"SELECT id, msg FROM {fresh(table)}") == expected
+
+
+def test_primary_key_tiering(cur, seeded):
+    table = seeded["pk"]
+    tiered(cur, table, [(1, "a"), (2, "b"), (3, "c")], "id, v")
+    cur.execute(f"INSERT INTO {table} (id, v, _change_type) VALUES (2, 'B', '+U'), (3, NULL, '-D'), (4, 'd', '+I')")
+    tiered(cur, table, [(1, "a"), (2, "B"), (4, "d")], "id, v")
+
+
+def test_maintenance(cur, seeded):
+    table = seeded["maintained"]
     actions = rows(cur, f"CALL sys.run_maintenance('{table}')")  # waits for the next round and its maintenance
     assert actions and not [a for a in actions if a[10]], actions
     assert {a[2] for a in actions} >= {"compaction", "expire_snapshots"}, actions
     compaction = next(a for a in actions if a[2] == "compaction")
     assert compaction[5] >= 1, compaction  # data files rewritten, by a Spark job on the executor
-    expected = [(0, "v0"), (1, "w1"), (3, "v3"), (10, "w10"), (11, "w11")]
-    assert rows(cur, f"SELECT id, v FROM {fresh(table)}") == expected
-    tiered(cur, table, expected, "id, v")  # the round before the maintenance may have taken the first INSERT only
+    assert rows(cur, f"SELECT id, v FROM {fresh(table)}") == MAINTAINED
+    tiered(cur, table, MAINTAINED, "id, v")
 
 
 def test_the_executor_has_tierlake_classes(cluster, cur):
