@@ -31,7 +31,7 @@ from hypothesis.internal.conjecture.data import ConjectureData
 
 from bench.common import start_server
 from tests.server.differential.harness import Divergence, Harness
-from tests.server.differential.strategies import cases
+from tests.server.differential.strategies import EXPLICIT_CASES, Case, cases
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--minutes", type=float, default=0.0, help="stop after this long (0: no limit)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--explicit", action="store_true",
+                        help="run the explicit cases (issue 50's reproductions) before the generated ones")
     parser.add_argument("--verbose", action="store_true", help="a line per case with its duration")
     parser.add_argument("--examples-out", help="write every divergence (class, message, case) as JSON lines")
     args = parser.parse_args(argv)
@@ -91,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         with BuildContext(data, is_final=False, wrapped_test=None):
             return data.draw(cases())
 
-    pending = list(range(args.cases))
+    pending: list = (list(EXPLICIT_CASES) if args.explicit else []) + list(range(args.cases))
     workers = []
 
     def loop() -> None:
@@ -100,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                 if not pending or (deadline and time.monotonic() > deadline):
                     return
                 i = pending.pop(0)
-            one(draw(i))
+            one(i if isinstance(i, Case) else draw(i))
 
     for _ in range(max(1, args.threads)):
         t = threading.Thread(target=loop)

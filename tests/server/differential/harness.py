@@ -233,15 +233,20 @@ class _Case:
         e_cols = [comparable(s, c.type) + f" AS c{i}" for i, (s, c) in enumerate(zip(self.safe, self.cols,
                                                                                         strict=True))]
         if with_change_type:
-            a_cols.append("`_change_type` AS ct")
-            e_cols.append("ct")
+            a_cols.append(f"`_change_type` AS c{len(a_cols)}")
+            e_cols.append(f"ct AS c{len(e_cols)}")
         actual = f"SELECT {', '.join(a_cols)} FROM {actual_from}"
         expected = f"SELECT {', '.join(e_cols)} FROM ({expected_query})"
         try:
             with self.h.step("compare"):
+                # EXCEPT ALL both ways in one aggregate (one shuffle): rows grouped by Spark's equality,
+                # each group counted on both sides.
+                group = ", ".join(f"c{i}" for i in range(len(a_cols)))
                 missing, extra = self.spark.sql(
-                    f"SELECT (SELECT count(*) FROM (({expected}) EXCEPT ALL ({actual}))), "
-                    f"(SELECT count(*) FROM (({actual}) EXCEPT ALL ({expected})))").first()
+                    f"SELECT coalesce(sum(greatest(e - a, 0)), 0), coalesce(sum(greatest(a - e, 0)), 0) FROM ("
+                    f"SELECT {group}, sum(side) AS a, sum(1 - side) AS e FROM ("
+                    f"SELECT *, 1 AS side FROM ({actual}) UNION ALL SELECT *, 0 AS side FROM ({expected})) "
+                    f"GROUP BY {group} HAVING a <> e)").first()
         except Exception as e:  # noqa: BLE001
             raise divergence(f"{stage}-query-failed", f"{actual_from}: {str(e)[:1500]}{self.plain_view()}") from None
         if missing or extra:
@@ -283,11 +288,12 @@ class _Case:
             a_exprs += a
             e_exprs += self.aggregates(c, s)
             floats += [c.type.kind == "float"] * len(a)
-        try:
-            actual = list(self.spark.sql(f"SELECT {', '.join(a_exprs)} FROM {relation}").first())
-        except Exception as e:  # noqa: BLE001
-            raise divergence(f"{stage}-query-failed", f"{relation}: {str(e)[:1500]}") from None
-        expected = list(self.spark.sql(f"SELECT {', '.join(e_exprs)} FROM ({expected_query})").first())
+        with self.h.step("aggregates"):
+            try:
+                actual = list(self.spark.sql(f"SELECT {', '.join(a_exprs)} FROM {relation}").first())
+            except Exception as e:  # noqa: BLE001
+                raise divergence(f"{stage}-query-failed", f"{relation}: {str(e)[:1500]}") from None
+            expected = list(self.spark.sql(f"SELECT {', '.join(e_exprs)} FROM ({expected_query})").first())
         for name, x, y, fl in zip(e_exprs, actual, expected, floats, strict=True):
             if not same_value(x, y, fl):
                 raise divergence(stage, f"{relation}: {name}: tierlake {x!r}, spark {y!r}")
@@ -461,8 +467,13 @@ class _Case:
     def write(self, i: int) -> None:
         commit = self.case.commits[i]
         refused = i in self.ambiguous and commit.form == "values"
+        # An INSERT … SELECT of such changes is not checked at INSERT (docs/ingest.md): the round fails
+        # on it instead; refusing it at INSERT is as good.
+        may_refuse = i in self.ambiguous and commit.form == "select"
         with self.h.step("write"):
             outcomes = self.send(i)
+        if may_refuse and all(error is not None for error in outcomes):
+            refused = True
         for k, error in enumerate(outcomes):
             attempt = f"attempt {k + 1} of {len(outcomes)} ({commit.retry or 'once'})"
             if refused and error is None:

@@ -301,3 +301,34 @@ def cases(draw, max_commits: int = 4, max_rows: int = 4):
         commits.append(Commit(form, retry, rows))
     cut = draw(st.integers(0, len(commits)))
     return Case(table, columns, keys, sequence_by, commits, cut)
+
+
+# -- explicit cases: the reproductions of issue 50 the harness must catch ------------------------------
+
+_INT, _DOUBLE = SqlType("INT", "int", bits=32), SqlType("DOUBLE", "float", bits=64)
+_BINARY = SqlType("BINARY", "binary")
+
+
+def _pk_case(table: str, columns: list[Column], keys: list[str], commits: list[list[tuple]], cut: int = 1,
+             form: str = "values") -> Case:
+    return Case(table, columns, keys, None, [Commit(form, None, rows) for rows in commits], cut)
+
+
+EXPLICIT_CASES = [
+    # BINARY keys compared by content: a pending change of a tiered key replaces it.
+    _pk_case("t", [Column("k", _BINARY), Column("v", _INT)], ["k"],
+             [[("X'AA'", "CAST(1 AS INT)", "+I")], [("X'AA'", "CAST(2 AS INT)", "+U")]]),
+    # -0.0 = 0.0 and NaN = NaN in a (second) key column.
+    _pk_case("t", [Column("k", _INT), Column("k2", _DOUBLE), Column("v", _INT)], ["k", "k2"],
+             [[("CAST(1 AS INT)", "CAST('0.0' AS DOUBLE)", "CAST(1 AS INT)", "+I"),
+               ("CAST(1 AS INT)", "CAST('NaN' AS DOUBLE)", "CAST(1 AS INT)", "+I")],
+              [("CAST(1 AS INT)", "CAST('-0.0' AS DOUBLE)", "CAST(2 AS INT)", "+U"),
+               ("CAST(1 AS INT)", "CAST('NaN' AS DOUBLE)", "CAST(2 AS INT)", "+U")]]),
+    # A column named like a template alias.
+    Case("t", [Column("d", _INT)], [], None, [Commit("values", None, [("CAST(1 AS INT)", None)])], 0),
+    # A table named with a reserved word.
+    Case("where", [Column("v", _INT)], [], None, [Commit("values", None, [("CAST(1 AS INT)", None)])], 1),
+    # One request id sent twice: INSERT … SELECT, sequentially and concurrently.
+    Case("t", [Column("v", _INT)], [], None, [Commit("select", "sequential", [("CAST(1 AS INT)", None)])], 0),
+    Case("t", [Column("v", _INT)], [], None, [Commit("select", "concurrent", [("CAST(1 AS INT)", None)])], 0),
+]

@@ -15,10 +15,10 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, note, settings
+from hypothesis import HealthCheck, Phase, example, given, note, settings
 
 from tests.server.differential.harness import Harness
-from tests.server.differential.strategies import cases
+from tests.server.differential.strategies import EXPLICIT_CASES, cases
 
 pytestmark = pytest.mark.integration
 
@@ -35,3 +35,7 @@ def test_tierlake_gives_what_plain_spark_gives(server, case):
     Harness(server).run(case)
     for line in case.notes:
         note(line)
+
+
+for _case in EXPLICIT_CASES:  # the reproductions of issue 50 the harness must catch, run first
+    test_tierlake_gives_what_plain_spark_gives = example(case=_case)(test_tierlake_gives_what_plain_spark_gives)
