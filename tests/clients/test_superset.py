@@ -281,7 +281,11 @@ def test_spark_statements_that_change_state_are_dml(api, database, tiered):
                 f"REFRESH TABLE {DB}_lake.clicks"):
         ok, body = lab(api, database_id, sql)
         assert not ok, sql
-        assert body["errors"][0]["error_type"] == "DML_NOT_ALLOWED_ERROR", (sql, body)
+        (error,) = body["errors"]
+        assert error["error_type"] == "DML_NOT_ALLOWED_ERROR", (sql, body)
+        kind = " ".join(sql.split()[:2]).replace("MSCK REPAIR", "MSCK REPAIR TABLE")
+        kind = {"CACHE TABLE": "CACHE TABLE … AS SELECT", "REFRESH TABLE": "REFRESH"}.get(kind, kind)
+        assert f"does not allow DML, and {kind} changes tables" in error["message"], (sql, error)
 
 
 @pytest.fixture

@@ -46,6 +46,7 @@ Connection URL: ``tierlake://user:password@host:10000/default`` (options
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -67,10 +68,23 @@ superset_parse.SQLGLOT_DIALECTS.setdefault(ENGINE, Dialects.SPARK)
 _TABLE_NOT_FOUND = re.compile(r"\[TABLE_OR_VIEW_NOT_FOUND\] The table or view (?P<table>\S+) cannot be found")
 _COLUMN_NOT_FOUND = re.compile(r"\[UNRESOLVED_COLUMN\.\w+\] A column[^`]*(?P<column>`[^`]+`)")
 _SYNTAX = re.compile(r"\[PARSE_SYNTAX_ERROR\] (?P<detail>.*)")
+_SPARK_CHANGE = re.compile(r"does not allow for DDL/DML: (?P<kind>[^;]+?) changes")
 _DML = re.compile(r"does not allow for DDL/DML")
 _NO_CONNECTION = re.compile(r"(?P<detail>cannot connect to the gateway at .*)")
 _DENIED = re.compile(
     r"(?P<detail>(?:permission denied|not allowed|Authentication failed|Error validating the login).*)", re.IGNORECASE)
+
+
+class SparkChangeNotAllowed(SupersetDMLNotAllowedException):
+    """Superset's DML refusal, naming the Spark statement (``LOAD DATA``, ``ADD JAR``, …) it refuses."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.error = dataclasses.replace(
+            self.error, message=f"This database does not allow for DDL/DML: {kind} changes tables, files or the "
+                                "session; allow DML on the connection to run it")
+        self.message = self.error.message
+        self.args = (self.message,)
 
 
 class QueryFailed(Exception):
@@ -182,6 +196,8 @@ class TierlakeEngineSpec(SparkEngineSpec):
         _TABLE_NOT_FOUND: ("Table or view %(table)s does not exist", SupersetErrorType.TABLE_DOES_NOT_EXIST_ERROR, {}),
         _COLUMN_NOT_FOUND: ("Column %(column)s does not exist", SupersetErrorType.COLUMN_DOES_NOT_EXIST_ERROR, {}),
         _SYNTAX: ("Syntax error: %(detail)s", SupersetErrorType.SYNTAX_ERROR, {}),
+        _SPARK_CHANGE: ("This database does not allow DML, and %(kind)s changes tables, files or the session "
+                        "(allow DML on the connection to run it)", SupersetErrorType.DML_NOT_ALLOWED_ERROR, {}),
         _DML: ("This database does not allow DML, and this CALL changes tierlake's state (only read-only "
                "procedures, sys.procedures.read_only, may be called)", SupersetErrorType.DML_NOT_ALLOWED_ERROR, {}),
         _NO_CONNECTION: ("%(detail)s", SupersetErrorType.CONNECTION_PORT_CLOSED_ERROR, {}),
@@ -228,10 +244,11 @@ class TierlakeEngineSpec(SparkEngineSpec):
     @staticmethod
     def execute(cursor: Any, query: str, database: Any, async_: bool = False) -> None:  # type: ignore[override]
         allow_dml = getattr(database, "allow_dml", False)
-        if not allow_dml and spark_change(query) is not None:
+        change = None if allow_dml else spark_change(query)
+        if change is not None:
             # sqlglot parses these as commands (or as a cache or a refresh), which
             # Superset's own DML guard lets through.
-            raise SupersetDMLNotAllowedException()
+            raise SparkChangeNotAllowed(change)
         procedure = called_procedure(query)
         if procedure is not None and not allow_dml:
             # sys.procedures says which procedures only read (sys.version,
