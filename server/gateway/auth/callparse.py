@@ -156,6 +156,11 @@ class CallHead:
 
     name: str
     arguments: int
+    named: int = 0  # of them, given by name (``key => value``)
+
+    @property
+    def positional(self) -> int:
+        return self.arguments - self.named
 
 
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
@@ -215,7 +220,7 @@ def call_head(sql: str) -> CallHead | None:
     i = _skip_blank(sql, i, end)
     if not name or i < 0 or i >= end or sql[i] != "(":
         return None
-    depth, commas, empty, i = 1, 0, True, i + 1
+    depth, commas, named, empty, i = 1, 0, 0, True, i + 1
     while i < end and depth:
         ch = sql[i]
         if ch in _BLANK or sql.startswith("--", i) or sql.startswith("/*", i):
@@ -235,6 +240,8 @@ def call_head(sql: str) -> CallHead | None:
             depth -= 1
         elif ch == "," and depth == 1:
             commas += 1
+        elif ch == "=" and depth == 1 and sql.startswith("=>", i):
+            named += 1
         if depth:
             empty = False
         i += 1
@@ -245,7 +252,7 @@ def call_head(sql: str) -> CallHead | None:
         i = _skip_blank(sql, i + 1, end)
     if i != end:
         return None
-    return CallHead(name.lower(), 0 if empty else commas + 1)
+    return CallHead(name.lower(), 0 if empty else commas + 1, named)
 
 
 def parse_call(sql: str) -> CallStatement:

@@ -177,9 +177,10 @@ class CallHandler:
                 parse_call(statement)  # says what is wrong with it
             raise SqlSyntaxError("cannot parse CALL: expected CALL sys.<procedure>(<arguments>)")
         proc = self.registry.get(head.name)
-        if head.arguments > len(proc.params):
+        if head.positional > len(proc.params):
+            # As Procedure.bind words it; a named argument too many is left to bind, which names it.
             raise InvalidArgumentError(
-                f"{proc.qualified_name} takes at most {len(proc.params)} argument(s), got {head.arguments}; "
+                f"{proc.qualified_name} takes at most {len(proc.params)} argument(s), got {head.positional}; "
                 f"signature: {proc.signature()}")
         size = len(statement.encode("utf-8", "surrogatepass"))
         if size > self.max_call_size:

@@ -447,7 +447,8 @@ class _Connection:
                     "at a time, or select smaller values (a single value this large cannot be sent)")
                 return self._error_reply(msg, error.message, error.sqlstate, error.error_code)
             self._track_relayed(msg, reply_msg)
-            if msg.name in _READABLE_ERRORS and b"[" in reply_msg.data and reply_msg.mtype == TMessageType.REPLY:
+            if (msg.name in _READABLE_ERRORS and reply_msg.mtype == TMessageType.REPLY
+                    and (b"[" in reply_msg.data or b"SecurityException" in reply_msg.data)):
                 return self._readable_error(msg, reply_msg)
         return reply_msg.data if reply_msg is not None else None
 

@@ -70,7 +70,7 @@ def test_the_head_reads_what_the_parse_reads(statement, expected):
     call = parse_call(statement)
     head = call_head(statement)
     assert head is not None, statement
-    assert (head.name, head.arguments) == (call.name, len(call.args) + len(call.kwargs))
+    assert (head.name, head.arguments, head.named) == (call.name, len(call.args) + len(call.kwargs), len(call.kwargs))
 
 
 @pytest.mark.parametrize(

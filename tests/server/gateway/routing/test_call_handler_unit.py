@@ -63,7 +63,12 @@ def test_a_megabyte_of_arguments_to_a_procedure_that_takes_none_is_refused_unpar
 
 def test_too_many_arguments_are_refused_unparsed(registry, no_parse):
     with pytest.raises(InvalidArgumentError, match="sys.describe takes at most 2 argument"):
-        handler(registry).call("CALL sys.describe('a', true, detail => false)")
+        handler(registry).call("CALL sys.describe('a', true, false)")
+
+
+def test_a_named_argument_too_many_is_named(registry):
+    with pytest.raises(InvalidArgumentError, match="sys.version has no parameter 'extra'"):
+        handler(registry).call("CALL sys.version(extra => 1)")
 
 
 def test_an_unknown_procedure_is_refused_unparsed(registry, no_parse):
