@@ -78,6 +78,8 @@ def connect(url: str, user: str, password: str | None = None, ca_file: str | Non
             return hive.connect(host=host, port=port, database=database, username=user, password=password,
                                 auth=auth)
         except TTransportException as e:
+            if "Bad status: 3" in str(e):
+                raise  # SASL BAD: the gateway answered and refused the user name or password, as its text says
             if _refused(host, port):
                 raise TierlakeError(f"cannot connect to the gateway at {host}:{port}: nothing is listening there "
                                     "(is the server running, and is this its port, tierlake.gateway.port?)") from e
