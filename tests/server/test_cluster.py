@@ -241,6 +241,9 @@ def test_ingest_and_log_tiering(cur, seeded):
     assert rows(cur, f"SELECT id, msg FROM {table}") == expected
     tiered(cur, table, expected)
     assert rows(cur, f"SELECT id, msg FROM {fresh(table)}") == expected
+    # A tierlake UDF over rows: Python workers of the executor import tierlake.
+    assert rows(cur, f"SELECT id, tierlake_duration_seconds(concat(CAST(id AS STRING), ' min')) FROM {table}") == [
+        (i, 60.0 * i) for i, _ in expected]
 
 
 def test_primary_key_tiering(cur, seeded):
