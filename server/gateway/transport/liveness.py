@@ -59,11 +59,13 @@ class PeerWatch:
         """Watch ``sock`` until :meth:`unwatch`; ``control.cancel()`` when its client is gone."""
         with self._cond:
             self._next += 1
+            idle = not self._watched
             self._watched[self._next] = (sock, control)
             if self._thread is None and not self._stopped:
                 self._thread = threading.Thread(target=self._run, daemon=True, name="tierlake-peer-watch")
                 self._thread.start()
-            self._cond.notify()
+            if idle:  # the thread waits for a first statement; otherwise it looks again within poll_s
+                self._cond.notify()
             return self._next
 
     def unwatch(self, token: int) -> None:
