@@ -204,9 +204,9 @@ COMMIT_PROPERTIES: tuple[Property, ...] = (
     Property(COMMIT_USER, None, "str", "who committed (tierlake's tiering)", table="lake", internal=True),
     Property(MAINTENANCE, None, "str", "the maintenance that made this commit (e.g. `log-retention`)",
              table="stream", internal=True),
-    Property(WRITE_REQUEST_ID, None, "str", "the request ids (`tierlake.write.request-id`, one per line) of the "
-             "INSERTs this stream snapshot committed: a write with one of them again writes nothing "
-             "([ingest.md](ingest.md))", table="stream", internal=True),
+    Property(WRITE_REQUEST_ID, None, "str", "the request keys (a keyed hash of the user and its "
+             "`tierlake.write.request-id`, one per line) of the writes this stream snapshot committed: a write "
+             "with one of them again writes nothing ([ingest.md](ingest.md))", table="stream", internal=True),
     Property(KV_POSITION, None, "position", "the stream position a KV snapshot covers", table="kv", internal=True),
     Property(KV_STREAM_SNAPSHOT, None, "int", "the stream snapshot at that position", table="kv", internal=True),
 )

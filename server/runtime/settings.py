@@ -194,8 +194,9 @@ SETTINGS: tuple[Setting, ...] = (
        "rows of `sys.tiering_rounds`, `sys.lake_data_quality` and `sys.lake_maintenance` older than this "
        "are deleted"),
     _s("tierlake.write.request-id-retention", "1 h", "duration",
-       "a stream table remembers each committed `tierlake.write.request-id` at least this long, after its "
-       "snapshot is expired too ([ingest.md](ingest.md#request-ids-retries-that-never-duplicate))"),
+       "a stream table remembers each committed `tierlake.write.request-id` for as long as the snapshot that "
+       "committed it is kept, and at least this long "
+       "([ingest.md](ingest.md#request-ids-retries-that-never-duplicate))"),
     _s("tierlake.tiering.job-retention", "7 d", "duration",
        "a tiering job silent this long is forgotten (its row in `sys.tiering_job_status` is deleted)"),
     _s("tierlake.maintenance.interval", "10 min", "duration",
