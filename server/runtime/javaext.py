@@ -1,7 +1,10 @@
 """tierlake's own JVM classes (``server/runtime/java/*.java``), compiled once
 with ``javac`` against pyspark's jars and cached under ``$TIERLAKE_HOME/jars``
 (keyed by the sources' and pyspark's versions), like the relocated Jackson
-jar in jars.py. They go on the driver's class path:
+jar in jars.py. They go on the driver's class path, and with any master but
+``local`` on ``spark.jars`` too (runtime/session.py): tasks on executors run
+KeySet (a fresh view's pending-key probe), the readers of IncrementalCatalog
+and FreshEntries and FreshMerge's distributed form, and LocalFileSystem:
 
 - ``io.tierlake.internal.PlanWalker`` flattens a parsed plan for the
   gateway's authorisation (server/gateway/auth/planauth.py);
@@ -20,7 +23,7 @@ jar in jars.py. They go on the driver's class path:
   stream tables: values written without a Spark job, one committer per
   table, group commit, request ids (server/ingest/writer.py);
 - ``io.tierlake.internal.LocalFileSystem`` is ``file:`` without a forked
-  ``chmod`` per created file (``spark.hadoop.fs.file.impl`` of local masters);
+  ``chmod`` per created file (``spark.hadoop.fs.file.impl``, on executors too);
 - ``io.tierlake.internal.CasAlterHandler`` is the embedded metastore's
   ``alter_table``: an Iceberg commit lands only on the metadata it was based
   on (compare-and-set), so Iceberg needs no metastore locks
