@@ -280,7 +280,7 @@ public final class StreamIngest {
         private final List<InternalRow> rows;
         /** The key this write is recorded under (server/ingest/request_ids.py), or null: set by the gateway. */
         private volatile String requestId;
-        /** The client went away: not committed unless its commit already began. */
+        /** The client went away or cancelled: not committed unless its commit already began. */
         private volatile boolean cancelled;
         private volatile Pending pending;
         private final String jobGroup = "tierlake-insert-" + UUID.randomUUID();
