@@ -379,7 +379,9 @@ class _Case:
         if self.plain_create_error is None and not ctas_refused and self.limitation() is None:
             plain = self.plain_round_trip()
             if plain is None:
-                raise divergence("create-refused", f"{text}\n  -> {error}")
+                left = self.leftovers()
+                raise divergence("create-refused", f"{text}\n  -> {error}"
+                                                   + (f"\n  and it left behind: {left}" if left else ""))
             case.notes.append(f"tierlake refused the table, plain Iceberg cannot write and read it back: {plain}")
         self.nothing_left_behind(text, error)
         return False
@@ -413,7 +415,8 @@ class _Case:
             return f"first key column of type {case.columns[0].type.ddl}, which Iceberg cannot bucket"
         return None
 
-    def nothing_left_behind(self, text: str, error: str) -> None:
+    def leftovers(self) -> list[str]:
+        """What of the table exists: stream, lake, fresh view, registration."""
         left = []
         name = self.case.table.lower()
         for database in (self.db, f"{self.db}_lake", f"{self.db}_fresh"):
@@ -424,6 +427,10 @@ class _Case:
             left += [f"{database}.{r.tableName}" for r in rows if not r.isTemporary and r.tableName.lower() == name]
         _, states = self.h.server.coordinator.load()
         left += [f"registration {s.path}" for s in states.values() if s.path.split(".", 1)[0] == self.db]
+        return left
+
+    def nothing_left_behind(self, text: str, error: str) -> None:
+        left = self.leftovers()
         if left:
             raise divergence("failed-create-left-behind", f"{text}\n  -> {error[:300]}\n  left: {left}")
 

@@ -315,15 +315,18 @@ def _pk_case(table: str, columns: list[Column], keys: list[str], commits: list[l
 
 
 EXPLICIT_CASES = [
-    # BINARY keys compared by content: a pending change of a tiered key replaces it.
+    # BINARY keys compared by content: two pending changes of a tiered key, one winner.
     _pk_case("t", [Column("k", _BINARY), Column("v", _INT)], ["k"],
-             [[("X'AA'", "CAST(1 AS INT)", "+I")], [("X'AA'", "CAST(2 AS INT)", "+U")]]),
-    # -0.0 = 0.0 and NaN = NaN in a (second) key column.
+             [[("X'AA'", "CAST(1 AS INT)", "+I")], [("X'AA'", "CAST(2 AS INT)", "+U")],
+              [("X'AA'", "CAST(3 AS INT)", "+U")]]),
+    # -0.0 = 0.0 and NaN = NaN in a (second) key column, tiered and in two pending commits.
     _pk_case("t", [Column("k", _INT), Column("k2", _DOUBLE), Column("v", _INT)], ["k", "k2"],
              [[("CAST(1 AS INT)", "CAST('0.0' AS DOUBLE)", "CAST(1 AS INT)", "+I"),
                ("CAST(1 AS INT)", "CAST('NaN' AS DOUBLE)", "CAST(1 AS INT)", "+I")],
               [("CAST(1 AS INT)", "CAST('-0.0' AS DOUBLE)", "CAST(2 AS INT)", "+U"),
-               ("CAST(1 AS INT)", "CAST('NaN' AS DOUBLE)", "CAST(2 AS INT)", "+U")]]),
+               ("CAST(1 AS INT)", "CAST('NaN' AS DOUBLE)", "CAST(2 AS INT)", "+U")],
+              [("CAST(1 AS INT)", "CAST('0.0' AS DOUBLE)", "CAST(3 AS INT)", "+U"),
+               ("CAST(1 AS INT)", "CAST('NaN' AS DOUBLE)", "CAST(3 AS INT)", "+U")]]),
     # A column named like a template alias.
     Case("t", [Column("d", _INT)], [], None, [Commit("values", None, [("CAST(1 AS INT)", None)])], 0),
     # A table named with a reserved word.
