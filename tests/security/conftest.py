@@ -37,7 +37,7 @@ def tls_files(tmp_path_factory):
     return cert, key, store
 
 
-def configured_gateway(server, **conf):
+def configured_gateway(server, real_handler: bool = True, **conf):
     """A gateway built by the server's own code path from the server's config plus ``conf``."""
     from tierlake.server.app import gateway_from_config
     from tierlake.server.gateway.auth.authz import SparkSessions
@@ -45,7 +45,9 @@ def configured_gateway(server, **conf):
     from tierlake.server.runtime.config import Config
 
     config = Config(home=server.config.home, values={**server.config.values, "tierlake.gateway.port": "0", **conf})
-    handler = CallHandler(server.registry, server.context)
+    # The server's own chain of statement handlers (the ingest path, sys reads, CALLs and tiered DDL):
+    # a writer's INSERT into a stream table goes through the ingest checks, as in production.
+    handler = server._handler() if real_handler else CallHandler(server.registry, server.context)
     gw = gateway_from_config(config, handler, server.thrift_port, server.registry,
                              backend_secret=server.internal_secret)
     gw.authorizer.attach(SparkSessions(server.spark, server.thrift_server))

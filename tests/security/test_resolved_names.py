@@ -254,11 +254,15 @@ def test_xml_functions_fetch_nothing(auth_gateway, spark):
         document = f'<!DOCTYPE a SYSTEM "http://127.0.0.1:{server.server_port}/leak"><a>x</a>'
 
         statement = f"SELECT xpath_string('{document}', 'a')"
-        # The class of attack is real: Spark itself fetches the DTD.
+        # The class of attack is real: Spark's XPath evaluator fetches the DTD. (Called directly: no
+        # session runs XPath any more, the server's own included, see AuthzCheck.java.)
         try:
-            spark.sql(statement).collect()
+            spark.sparkContext._jvm.org.apache.spark.sql.catalyst.expressions.xml.UDFXPathUtil().evalString(
+                document, "a")
         except Exception:  # noqa: BLE001 - whether it fails after fetching does not matter
             pass
+        with pytest.raises(Exception, match="XML functions fetch what a document names"):
+            spark.sql(statement).collect()
         fetched = list(_Recorder.hits)
         _Recorder.hits.clear()
         for user in ("rita", "ann"):  # refused to every role, the admin too

@@ -23,20 +23,8 @@ def workers(server):
 
 
 @pytest.fixture(scope="module")
-def gateway(server, password_file):
-    """A password gateway with the server's own statement handlers (the ingest path among them)."""
-    from tierlake.server.app import gateway_from_config
-    from tierlake.server.gateway.auth.authz import SparkSessions
-    from tierlake.server.runtime.config import Config
-
-    config = Config(home=server.config.home, values={**server.config.values, "tierlake.gateway.port": "0",
-                                                       "tierlake.gateway.password-file": str(password_file)})
-    gw = gateway_from_config(config, server._handler(), server.thrift_port, server.registry,
-                             backend_secret=server.internal_secret)
-    gw.authorizer.attach(SparkSessions(server.spark, server.thrift_server))
-    gw.start()
-    yield gw
-    gw.stop()
+def gateway(auth_gateway):
+    return auth_gateway  # a password gateway with the server's own handlers, the ingest path among them
 
 
 def _cursor(gateway, user):
