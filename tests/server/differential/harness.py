@@ -405,6 +405,10 @@ class _Case:
         for name in all_names(case.columns):
             if name.lower().startswith("__tierlake"):
                 return f"{name!r}: names starting with __tierlake are reserved for tierlake's generated names"
+        for name in struct_field_names(case.columns):
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+                return (f"STRUCT field name {name!r}: the metastore keeps column types as Hive type text with "
+                        "field names unquoted (a plain Iceberg table holds it; a Spark view over it cannot)")
         for c in case.columns:
             if c.name.lower() == "_change_type":
                 return "_change_type is the change-type column of primary-key streams, reserved in every table"
@@ -537,8 +541,8 @@ class _Case:
                 conn.close()
 
 
-def all_names(columns: list[Column]) -> list[str]:
-    """Column and nested struct-field names."""
+def struct_field_names(columns: list[Column]) -> list[str]:
+    """Nested struct-field names of ``columns``, at any depth."""
     out = []
 
     def visit(t: SqlType) -> None:
@@ -546,13 +550,18 @@ def all_names(columns: list[Column]) -> list[str]:
             for name, ft in t.children:
                 out.append(name)
                 visit(ft)
-        for child in t.children if t.kind in ("array", "map") else ():
-            visit(child)
+        elif t.kind in ("array", "map"):
+            for child in t.children:
+                visit(child)
 
     for c in columns:
-        out.append(c.name)
         visit(c.type)
     return out
+
+
+def all_names(columns: list[Column]) -> list[str]:
+    """Column and nested struct-field names."""
+    return [c.name for c in columns] + struct_field_names(columns)
 
 
 def same_value(x: str | None, y: str | None, floating: bool) -> bool:

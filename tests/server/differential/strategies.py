@@ -10,7 +10,6 @@ cannot hide behind the same helper on both sides.
 from __future__ import annotations
 
 import datetime as dt
-import decimal
 import re
 from dataclasses import dataclass, field
 
@@ -161,7 +160,11 @@ def literals(t: SqlType) -> st.SearchStrategy[str]:
         unscaled = st.one_of(st.sampled_from([0, 1, -1, top, -top]), st.integers(-top, top))
 
         def text(n: int) -> str:
-            return f"CAST('{decimal.Decimal(n).scaleb(-t.scale):f}' AS {t.ddl})"
+            # Exact at any precision (decimal's default context would round to 28 digits).
+            digits = str(abs(n)).rjust(t.scale + 1, "0")
+            whole, frac = digits[: len(digits) - t.scale], digits[len(digits) - t.scale:]
+            sign = "-" if n < 0 else ""
+            return f"CAST('{sign}{whole}{'.' + frac if t.scale else ''}' AS {t.ddl})"
         return unscaled.map(text)
     if t.kind == "string":
         return st.text(STRING_ALPHABET, max_size=5).map(string_literal)

@@ -4,7 +4,8 @@ values, composite keys, hostile table, column and struct-field names — and gen
 written by every statement form and request-id retry, each compared step by step with plain Spark SQL
 on plain Iceberg tables (harness.py says what is compared and how).
 
-Seeded (``derandomize``) and bounded: ``TIERLAKE_DIFFERENTIAL_EXAMPLES`` examples (default 10), one
+Seeded (``derandomize``) and bounded: the explicit cases first (issue 50's reproductions,
+strategies.EXPLICIT_CASES), then ``TIERLAKE_DIFFERENTIAL_EXAMPLES`` generated ones (default 12), one
 database per example on the session's server. A failure shrinks to a minimal case; the note printed
 with it is the case as DDL and rows, and the error's class names the stage that diverged. The long
 mode is ``bench/differential.py``.
@@ -22,7 +23,7 @@ from tests.server.differential.strategies import EXPLICIT_CASES, cases
 
 pytestmark = pytest.mark.integration
 
-EXAMPLES = int(os.environ.get("TIERLAKE_DIFFERENTIAL_EXAMPLES", "10"))
+EXAMPLES = int(os.environ.get("TIERLAKE_DIFFERENTIAL_EXAMPLES", "12"))
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None, print_blob=True,
