@@ -234,6 +234,7 @@ class Case:
     commits: list[Commit]
     cut: int                        # commits[:cut] are tiered by a round before the rest is written
     notes: list[str] = field(default_factory=list)
+    name: str = "generated"
 
     @property
     def pk(self) -> bool:
@@ -312,18 +313,17 @@ _INT, _DOUBLE = SqlType("INT", "int", bits=32), SqlType("DOUBLE", "float", bits=
 _BINARY = SqlType("BINARY", "binary")
 
 
-def _pk_case(table: str, columns: list[Column], keys: list[str], commits: list[list[tuple]], cut: int = 1,
-             form: str = "values") -> Case:
-    return Case(table, columns, keys, None, [Commit(form, None, rows) for rows in commits], cut)
+def _pk_case(name: str, columns: list[Column], keys: list[str], commits: list[list[tuple]], cut: int = 1) -> Case:
+    return Case("t", columns, keys, None, [Commit("values", None, rows) for rows in commits], cut, name=name)
 
 
 EXPLICIT_CASES = [
     # BINARY keys compared by content: two pending changes of a tiered key, one winner.
-    _pk_case("t", [Column("k", _BINARY), Column("v", _INT)], ["k"],
+    _pk_case("binary-key", [Column("k", _BINARY), Column("v", _INT)], ["k"],
              [[("X'AA'", "CAST(1 AS INT)", "+I")], [("X'AA'", "CAST(2 AS INT)", "+U")],
               [("X'AA'", "CAST(3 AS INT)", "+U")]]),
     # -0.0 = 0.0 and NaN = NaN in a (second) key column, tiered and in two pending commits.
-    _pk_case("t", [Column("k", _INT), Column("k2", _DOUBLE), Column("v", _INT)], ["k", "k2"],
+    _pk_case("zero-and-nan-keys", [Column("k", _INT), Column("k2", _DOUBLE), Column("v", _INT)], ["k", "k2"],
              [[("CAST(1 AS INT)", "CAST('0.0' AS DOUBLE)", "CAST(1 AS INT)", "+I"),
                ("CAST(1 AS INT)", "CAST('NaN' AS DOUBLE)", "CAST(1 AS INT)", "+I")],
               [("CAST(1 AS INT)", "CAST('-0.0' AS DOUBLE)", "CAST(2 AS INT)", "+U"),
@@ -331,10 +331,14 @@ EXPLICIT_CASES = [
               [("CAST(1 AS INT)", "CAST('0.0' AS DOUBLE)", "CAST(3 AS INT)", "+U"),
                ("CAST(1 AS INT)", "CAST('NaN' AS DOUBLE)", "CAST(3 AS INT)", "+U")]]),
     # A column named like a template alias.
-    Case("t", [Column("d", _INT)], [], None, [Commit("values", None, [("CAST(1 AS INT)", None)])], 0),
+    Case("t", [Column("d", _INT)], [], None, [Commit("values", None, [("CAST(1 AS INT)", None)])], 0,
+         name="column-named-d"),
     # A table named with a reserved word.
-    Case("where", [Column("v", _INT)], [], None, [Commit("values", None, [("CAST(1 AS INT)", None)])], 1),
+    Case("where", [Column("v", _INT)], [], None, [Commit("values", None, [("CAST(1 AS INT)", None)])], 1,
+         name="table-named-where"),
     # One request id sent twice: INSERT … SELECT, sequentially and concurrently.
-    Case("t", [Column("v", _INT)], [], None, [Commit("select", "sequential", [("CAST(1 AS INT)", None)])], 0),
-    Case("t", [Column("v", _INT)], [], None, [Commit("select", "concurrent", [("CAST(1 AS INT)", None)])], 0),
+    Case("t", [Column("v", _INT)], [], None, [Commit("select", "sequential", [("CAST(1 AS INT)", None)])], 0,
+         name="select-retried-sequentially"),
+    Case("t", [Column("v", _INT)], [], None, [Commit("select", "concurrent", [("CAST(1 AS INT)", None)])], 0,
+         name="select-retried-concurrently"),
 ]
