@@ -723,8 +723,12 @@ class _Connection:
             log.debug("local statement from %s returned %d rows", self.address, len(op.result.rows))
         except TierlakeError as exc:
             log.info("local statement failed (%s): %s", exc.sqlstate, exc.message)
-            op.failure = error_status(errors.readable_call_error(statement, exc.message), exc.sqlstate,
-                                      exc.error_code)
+            # A statement the gateway answered through Spark (a sys read) fails in Spark's words: made
+            # readable as a relayed one is; a CALL's own error as the CALL's.
+            readable = errors.readable(exc.message, exc.sqlstate, exc.error_code)
+            message, state, code = readable or (errors.readable_call_error(statement, exc.message), exc.sqlstate,
+                                                exc.error_code)
+            op.failure = error_status(message, state, code)
         except Exception as exc:
             log.exception("local statement %r failed", statement[:200])
             op.failure = error_status(f"Internal error: {_describe(exc)}")

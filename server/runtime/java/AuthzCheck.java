@@ -256,11 +256,152 @@ public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, 
             + "; reflect may call " + String.join(", ", REFLECTION_CLASSES) + ")";
     }
 
+    /** Spark's expressions that run java.util.regex over their second argument. */
+    private static final java.util.Set<String> REGEX_FUNCTIONS = java.util.Collections.unmodifiableSet(
+        new java.util.HashSet<>(java.util.Arrays.asList("RLike", "RegExpReplace", "RegExpExtract",
+            "RegExpExtractAll", "RegExpCount", "RegExpSubStr", "RegExpInStr", "StringSplit")));
+
+    /**
+     * Why a regular expression may not run, or null. java.util.regex backtracks, ignores thread
+     * interrupts and so a statement's deadline: {@code 'aaaa…a' rlike '(.*a){12}$'} kept a core for
+     * minutes after its reader was told the statement timed out (issue 51). So a pattern with a
+     * repeated group that itself holds a repeated part — the shape of catastrophic backtracking —
+     * is refused for every role (as XPath is), and a reader's or writer's pattern must be a literal
+     * (one that comes from data cannot be checked before it runs). Possessive quantifiers
+     * ({@code a*+}) and atomic groups ({@code (?>…)}) do not backtrack and are allowed.
+     */
+    private static String regex(Expression e, String role) {
+        if (!REGEX_FUNCTIONS.contains(simple(e)) || e.children().size() < 2) return null;
+        Expression pattern = e.children().apply(1);
+        if (!pattern.foldable()) {
+            return ADMIN.equals(role) ? null : "a regular expression that is not a literal (" + e.prettyName() + ")";
+        }
+        Object value = pattern.eval(null);
+        if (value == null) return null;
+        String nested = nestedRepetition(value.toString());
+        return nested == null ? null : "NOBODY:a regular expression with " + nested + " (" + e.prettyName()
+            + ": it can backtrack for hours; write the inner repetition possessive, a*+, or the group atomic, (?>…))";
+    }
+
+    /** A description of the first repeated group holding a repeated part in {@code p}, or null. */
+    static String nestedRepetition(String p) {
+        // Per open group: whether it holds a repetition that can backtrack; whether it is atomic.
+        ArrayDeque<boolean[]> groups = new ArrayDeque<>();
+        boolean[] top = {false, false};
+        groups.push(top);
+        boolean lastGroupRepeats = false;
+        int groupStart = -1;
+        int i = 0;
+        while (i < p.length()) {
+            char c = p.charAt(i);
+            if (c == '\\') {
+                if (i + 1 < p.length() && p.charAt(i + 1) == 'Q') {
+                    int end = p.indexOf("\\E", i + 2);
+                    i = end < 0 ? p.length() : end + 2;
+                } else {
+                    i += 2;
+                }
+                i = afterQuantifier(p, i, groups.peek(), false);
+                continue;
+            }
+            if (c == '[') {
+                int depth = 1;
+                i++;
+                if (i < p.length() && p.charAt(i) == '^') i++;
+                if (i < p.length() && p.charAt(i) == ']') i++;
+                while (i < p.length() && depth > 0) {
+                    char d = p.charAt(i);
+                    if (d == '\\') i++;
+                    else if (d == '[') depth++;
+                    else if (d == ']') depth--;
+                    i++;
+                }
+                i = afterQuantifier(p, i, groups.peek(), false);
+                continue;
+            }
+            if (c == '(') {
+                boolean atomic = p.startsWith("(?>", i);
+                groups.push(new boolean[] {false, atomic});
+                i++;
+                continue;
+            }
+            if (c == ')') {
+                boolean[] group = groups.size() > 1 ? groups.pop() : groups.peek();
+                int q = i + 1;
+                boolean inner = group[0] && !group[1];
+                if (inner && repeats(p, q) && !possessive(p, q)) {
+                    return "a repeated group that repeats inside, at " + (i + 1) + " of '" + p + "'";
+                }
+                i = afterQuantifier(p, q, groups.peek(), inner);
+                continue;
+            }
+            i = afterQuantifier(p, i + 1, groups.peek(), false);
+        }
+        return null;
+    }
+
+    /** Past the quantifier at {@code i}, if any; marks {@code group} when it repeats and can backtrack
+     *  (or when {@code inner}: the atom before it was a group that held such a repetition). */
+    private static int afterQuantifier(String p, int i, boolean[] group, boolean inner) {
+        if (inner) group[0] = true;
+        if (i >= p.length()) return i;
+        char c = p.charAt(i);
+        int end = i;
+        if (c == '*' || c == '+' || c == '?') {
+            end = i + 1;
+        } else if (c == '{') {
+            int close = p.indexOf('}', i);
+            if (close < 0) return i;
+            end = close + 1;
+        } else {
+            return i;
+        }
+        boolean isPossessive = end < p.length() && p.charAt(end) == '+';
+        if (repeats(p, i) && !isPossessive) group[0] = true;
+        if (end < p.length() && (p.charAt(end) == '?' || p.charAt(end) == '+')) end++;
+        return end;
+    }
+
+    /** Whether the quantifier at {@code i} repeats (more than once): *, +, {n,}, {n,m} with m > 1, {n} with n > 1. */
+    private static boolean repeats(String p, int i) {
+        if (i >= p.length()) return false;
+        char c = p.charAt(i);
+        if (c == '*' || c == '+') return true;
+        if (c != '{') return false;
+        int close = p.indexOf('}', i);
+        if (close < 0) return false;
+        String body = p.substring(i + 1, close);
+        try {
+            int comma = body.indexOf(',');
+            if (comma < 0) return Integer.parseInt(body.trim()) > 1;
+            String max = body.substring(comma + 1).trim();
+            return max.isEmpty() || Integer.parseInt(max) > 1;
+        } catch (NumberFormatException ex) {
+            return false;
+        }
+    }
+
+    private static boolean possessive(String p, int i) {
+        if (i >= p.length()) return false;
+        char c = p.charAt(i);
+        int end = i + 1;
+        if (c == '{') {
+            int close = p.indexOf('}', i);
+            if (close < 0) return false;
+            end = close + 1;
+        } else if (c != '*' && c != '+' && c != '?') {
+            return false;
+        }
+        return end < p.length() && p.charAt(end) == '+';
+    }
+
     private static String function(Expression e, String role) {
         String name = simple(e);
         if (name.startsWith("XPath")) return "NOBODY:" + name + " (XML functions fetch what a document names)";
         String reflected = reflection(e);
         if (reflected != null) return reflected;
+        String regex = regex(e, role);
+        if (regex != null) return regex;
         if (ADMIN.equals(role)) return null;
         if (name.equals("CallMethodViaReflection") || name.equals("TryReflect")) {
             return "a JVM method called by reflection";
