@@ -14,6 +14,7 @@ against the same statement into a plain Iceberg table (median of 3).
 
     .venv/bin/python -m bench.bench_ingest                        # the default matrix
     .venv/bin/python -m bench.bench_ingest --writers 16 --rows 20 --tables 1 --kinds log,pk --seconds 20
+    .venv/bin/python -m bench.bench_ingest --master standalone ...  # the server on a Spark cluster (bench/common.py)
 
 ``--sample-every S`` samples what each stream table keeps while the writers
 run (snapshots, live data files, files on disk, metadata size, request-id
@@ -32,7 +33,7 @@ import threading
 import time
 import uuid
 
-from bench.common import p, start_server
+from bench.common import add_master_argument, p, spark_master, start_server
 
 
 def _writer(port: int, tables: list[str], pk: bool, rows: int, seconds: float, seed: int, start_at: float,
@@ -232,12 +233,19 @@ def main() -> None:
                         help="a server setting (repeatable), e.g. tierlake.write.request-id-retention=2min")
     parser.add_argument("--warmup", type=float, default=60.0,
                         help="seconds of unmeasured 16-writer load first: a new JVM's JIT takes a core for minutes")
+    add_master_argument(parser)
     args = parser.parse_args()
+    with spark_master(args.master) as on_master:
+        settings = {"tierlake.tiering.workers": "1", **on_master}
+        settings.update(dict(item.split("=", 1) for item in args.set))
+        run(args, settings)
+
+
+def run(args: argparse.Namespace, settings: dict[str, str]) -> None:
     from pyhive import hive
 
-    settings = {"tierlake.tiering.workers": "1"}
-    settings.update(dict(item.split("=", 1) for item in args.set))
     server = start_server(**settings)
+    print(f"Spark master {server.spark.sparkContext.master}", flush=True)
     try:
         port = server.gateway.port
         cursor = hive.connect("127.0.0.1", port, username="bench").cursor()

@@ -1,6 +1,7 @@
 """Tiering rounds against the raw Spark statements they replace (docs/design.md, 'Performance targets').
 
-    python -m bench.bench_tiering [--rows 1000000] [--runs 10] [--delta 1000]
+    python -m bench.bench_tiering [--rows 1000000] [--runs 10] [--delta 1000] [--phases 1,2,3,4]
+                                  [--master local[2] | standalone | spark://HOST:PORT]
 
 One in-process server (no background tiering worker, coordinator ticker
 parked); every round is driven synchronously by a bench-owned
@@ -45,6 +46,12 @@ table (the same statements, so the JIT and Spark's caches are warm); lines
 warm-up run on small tables.
 The machine has 2 cores: other load moves the numbers.
 
+``--master`` runs the same server on a Spark cluster instead of ``local[2]``
+(``standalone``: a master and one worker from pyspark's jars, started for the
+run; the server's application gets one executor of 2 cores and 1 GB), to set
+a round's and an INSERT's cost there beside local; ``--phases`` picks phases
+(``--phases 1,4 --rows 100000`` for a short comparison).
+
 Below the table, each kind of round is split into its steps (the worker's
 step hook and the times of its heartbeats): plan, write into the branch,
 epoch check, fast-forward, after the lake commit, finishing heartbeat, and the wait for the
@@ -62,7 +69,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.common import p, start_server
+from bench.common import add_master_argument, p, spark_master, start_server
 
 JOB = "bench-job"
 DB = "bench"
@@ -386,7 +393,8 @@ class Bench:
 
     # -- 4. latency -------------------------------------------------------------------
     def latency(self, runs: int, warmup: int = 2) -> dict[str, list[float]]:
-        out: dict[str, list[float]] = {"empty_log": [], "one_log": [], "empty_pk": [], "one_pk": [], "raw": []}
+        out: dict[str, list[float]] = {"empty_log": [], "one_log": [], "empty_pk": [], "one_pk": [], "raw": [],
+                                       "insert_log": [], "insert_pk": []}
         self.gateway(f"CREATE TABLE {q('raw_one')} {LOG_COLUMNS} USING iceberg TBLPROPERTIES ('format-version' = '2')")
         inserts = {
             "log": f"INSERT INTO {q('one_log')} (`id`, `name`, `amount`, `ts`) "
@@ -413,9 +421,11 @@ class Bench:
                 time.sleep(1.1)  # untimed: the table is due again (freshness 1 s), as a steady writer finds it
                 started = time.perf_counter()
                 self.gateway(inserts[kind], {"id": next(counter)})
+                inserted = time.perf_counter()
                 self.tier_expect(name, 1)  # includes the assigning heartbeat
                 if i >= warmup:
                     out[f"one_{kind}"].append(time.perf_counter() - started)
+                    out[f"insert_{kind}"].append(inserted - started)
                     self.keep(f"4. one-row round (without the INSERT and heartbeat), {kind}")
             self.disable(name)
         for i in range(warmup + runs):
@@ -496,6 +506,9 @@ def verdict(ratio: float, target: float, at_least: bool) -> str:
     return f"{'≥' if at_least else '≤'} {target:g}× {'✓' if ok else '✗'}"
 
 
+PHASES = ("1", "2", "3", "4")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000,
@@ -504,80 +517,113 @@ def main() -> None:
     parser.add_argument("--pk-runs", type=int, default=3,
                         help="runs of the primary-key phase, each on new tables; medians reported (default 3)")
     parser.add_argument("--delta", type=int, default=1000, help="changes per small delta in phase 3 (default 1000)")
+    parser.add_argument("--phases", default=",".join(PHASES),
+                        help="which phases to run, comma-separated (default 1,2,3,4)")
+    add_master_argument(parser)
     args = parser.parse_args()
+    phases = {x.strip() for x in args.phases.split(",") if x.strip()}
     if args.rows < 1000 or args.runs < 1 or args.pk_runs < 1:
         parser.error("--rows must be at least 1000, --runs and --pk-runs at least 1")
+    if not phases or not phases <= set(PHASES):
+        parser.error(f"--phases takes some of {','.join(PHASES)}")
 
     command = " ".join(["python -m bench.bench_tiering", *map(shlex.quote, sys.argv[1:])])
     print(f"`{command}` (rows={args.rows}, runs={args.runs}, delta={args.delta})", flush=True)
     bench_started = time.perf_counter()
-    server = start_server(**{"tierlake.tiering.workers": "0", "tierlake.coordinator.interval": "1 h"})
-    try:
-        bench = Bench(server)
-        server.spark.sql(f"CREATE DATABASE IF NOT EXISTS `{DB}`")
-        n, warm = args.rows, max(1000, args.rows // 100)
-        small = max(1000, n // 10)
-
-        log_tier, log_raw = bench.log_throughput(n, warm)
-        print(f"… phase 1 done ({time.perf_counter() - bench_started:.0f} s)", file=sys.stderr, flush=True)
-        pk_runs = bench.pk_throughput(n, warm, args.pk_runs)
-        load_tier, load_raw, load_spj, delta_tier, delta_raw, delta_spj = (
-            statistics.median(column) for column in zip(*pk_runs, strict=True))
-        print(f"… phase 2 done ({time.perf_counter() - bench_started:.0f} s)", file=sys.stderr, flush=True)
-        small_t, large_t = bench.scaling(small, args.delta, args.runs)
-        print(f"… phase 3 done ({time.perf_counter() - bench_started:.0f} s)", file=sys.stderr, flush=True)
-        # Last, with every statement's code warm; the garbage of the 1 M-row phases (three primary-key
-        # runs with their raw copies) collected first: collecting it is not a round's fixed cost.
-        server.spark.sparkContext._jvm.System.gc()
-        lat = bench.latency(args.runs)
-    finally:
-        server.stop()
+    n, warm = args.rows, max(1000, args.rows // 100)
+    small = max(1000, n // 10)
+    with spark_master(args.master) as on_master:
+        server = start_server(**{"tierlake.tiering.workers": "0", "tierlake.coordinator.interval": "1 h"},
+                              **on_master)
+        master = server.spark.sparkContext.master
+        try:
+            bench = Bench(server)
+            server.spark.sql(f"CREATE DATABASE IF NOT EXISTS `{DB}`")
+            if "1" in phases:
+                log_tier, log_raw = bench.log_throughput(n, warm)
+                print(f"… phase 1 done ({time.perf_counter() - bench_started:.0f} s)", file=sys.stderr, flush=True)
+            if "2" in phases:
+                pk_runs = bench.pk_throughput(n, warm, args.pk_runs)
+                load_tier, load_raw, load_spj, delta_tier, delta_raw, delta_spj = (
+                    statistics.median(column) for column in zip(*pk_runs, strict=True))
+                print(f"… phase 2 done ({time.perf_counter() - bench_started:.0f} s)", file=sys.stderr, flush=True)
+            if "3" in phases:
+                small_t, large_t = bench.scaling(small, args.delta, args.runs)
+                print(f"… phase 3 done ({time.perf_counter() - bench_started:.0f} s)", file=sys.stderr, flush=True)
+            if "4" in phases:
+                # Last, with every statement's code warm; the garbage of the 1 M-row phases (three primary-key
+                # runs with their raw copies) collected first: collecting it is not a round's fixed cost.
+                server.spark.sparkContext._jvm.System.gc()
+                lat = bench.latency(args.runs)
+        finally:
+            server.stop()
     total = time.perf_counter() - bench_started
 
     delta = max(10, n // 10)
-    log_ratio = (n / log_tier) / (n / log_raw)
-    scale_ratio = statistics.median(large_t) / statistics.median(small_t)
+    cluster = ("a standalone master and one worker on this machine" if args.master == "standalone" else master)
+    where = (f"in one process on this machine ({master})" if master.startswith("local")
+             else f"on a Spark cluster ({cluster}; one executor of 2 cores, the server its driver)")
     lines = [
         "",
-        f"Tiering, in one process on this machine (local[2]); N = {n:,} rows, p50 over {args.runs} runs:",
+        f"Tiering, {where}; N = {n:,} rows, p50 over {args.runs} runs:",
         "",
         "| measurement | tierlake | raw Spark equivalent | ratio "
         "| target (docs/design.md, 'Performance targets'; issue 18 where it asks more) |",
         "|---|---|---|---|---|",
-        f"| 1. log table: tier N rows | {fmt_rate(n, log_tier)} | `INSERT INTO … SELECT`: {fmt_rate(n, log_raw)} "
-        f"| {log_ratio:.2f}× | {verdict(log_ratio, 0.9, True)} |",
-        f"| 2. primary key: {delta:,}-change delta into an N-row lake table | {fmt_rate(delta, delta_tier)} "
-        f"| hand-written `MERGE`: {fmt_rate(delta, delta_raw)} | {delta_raw / delta_tier:.2f}× "
-        f"| {verdict(delta_raw / delta_tier, 0.9, True)}; issue 18: {verdict(delta_raw / delta_tier, 0.95, True)} |",
-        f"| 2a. primary key: initial load of N rows into the empty lake table | {fmt_rate(n, load_tier)} "
-        f"| hand-written `MERGE`: {fmt_rate(n, load_raw)} | {load_raw / load_tier:.2f}× "
-        f"| issue 18: {verdict(load_raw / load_tier, 0.9, True)} |",
-        f"| 2b. for reference: the raw `MERGE`s of 2 and 2a with tierlake's storage-partitioned-join settings "
-        f"(`lake_write.bucketed_merge`) | — | delta {fmt_s(delta_spj)}, initial load {fmt_s(load_spj)} "
-        f"| {delta_spj / delta_tier:.2f}×, {load_spj / load_tier:.2f}× | — |",
-        f"| 3. {args.delta:,}-change delta into a {10 * small:,}-row vs a {small:,}-row primary-key lake table "
-        f"| {fmt_p(large_t)} | the same round at 1×: {fmt_p(small_t)} | {scale_ratio:.2f}× "
-        f"| {verdict(scale_ratio, 1.5, False)} |",
     ]
-    raw_p50 = statistics.median(lat["raw"])
-    for kind, label in (("log", "log table"), ("pk", "primary-key table")):
-        empty, one = statistics.median(lat[f"empty_{kind}"]), statistics.median(lat[f"one_{kind}"])
-        lines.append(f"| 4. empty round (plan + report), {label} | {fmt_p(lat[f'empty_{kind}'])} | — | — "
-                     f"| ≤ 0.5 s {'✓' if empty <= 0.5 else '✗'}; issue 18: ≤ 0.15 s {'✓' if empty <= 0.15 else '✗'} |")
-        lines.append(f"| 4. one-row round end to end (gateway `INSERT` + heartbeat + round), {label} "
-                     f"| {fmt_p(lat[f'one_{kind}'])} | one-row `INSERT` through the gateway: {fmt_p(lat['raw'])} "
-                     f"| {one / raw_p50:.2f}× | ≤ 3 s {'✓' if one <= 3 else '✗'} |")
+    if "1" in phases:
+        log_ratio = (n / log_tier) / (n / log_raw)
+        lines.append(f"| 1. log table: tier N rows | {fmt_rate(n, log_tier)} | `INSERT INTO … SELECT`: "
+                     f"{fmt_rate(n, log_raw)} | {log_ratio:.2f}× | {verdict(log_ratio, 0.9, True)} |")
+    if "2" in phases:
+        lines += [
+            f"| 2. primary key: {delta:,}-change delta into an N-row lake table | {fmt_rate(delta, delta_tier)} "
+            f"| hand-written `MERGE`: {fmt_rate(delta, delta_raw)} | {delta_raw / delta_tier:.2f}× "
+            f"| {verdict(delta_raw / delta_tier, 0.9, True)}; "
+            f"issue 18: {verdict(delta_raw / delta_tier, 0.95, True)} |",
+            f"| 2a. primary key: initial load of N rows into the empty lake table | {fmt_rate(n, load_tier)} "
+            f"| hand-written `MERGE`: {fmt_rate(n, load_raw)} | {load_raw / load_tier:.2f}× "
+            f"| issue 18: {verdict(load_raw / load_tier, 0.9, True)} |",
+            f"| 2b. for reference: the raw `MERGE`s of 2 and 2a with tierlake's storage-partitioned-join settings "
+            f"(`lake_write.bucketed_merge`) | — | delta {fmt_s(delta_spj)}, initial load {fmt_s(load_spj)} "
+            f"| {delta_spj / delta_tier:.2f}×, {load_spj / load_tier:.2f}× | — |",
+        ]
+    if "3" in phases:
+        scale_ratio = statistics.median(large_t) / statistics.median(small_t)
+        lines.append(f"| 3. {args.delta:,}-change delta into a {10 * small:,}-row vs a {small:,}-row primary-key "
+                     f"lake table | {fmt_p(large_t)} | the same round at 1×: {fmt_p(small_t)} | {scale_ratio:.2f}× "
+                     f"| {verdict(scale_ratio, 1.5, False)} |")
+    if "4" in phases:
+        raw_p50 = statistics.median(lat["raw"])
+        for kind, label in (("log", "log table"), ("pk", "primary-key table")):
+            empty, one = statistics.median(lat[f"empty_{kind}"]), statistics.median(lat[f"one_{kind}"])
+            lines.append(f"| 4. empty round (plan + report), {label} | {fmt_p(lat[f'empty_{kind}'])} | — | — "
+                         f"| ≤ 0.5 s {'✓' if empty <= 0.5 else '✗'}; issue 18: ≤ 0.15 s "
+                         f"{'✓' if empty <= 0.15 else '✗'} |")
+            lines.append(f"| 4. one-row round end to end (gateway `INSERT` + heartbeat + round), {label} "
+                         f"| {fmt_p(lat[f'one_{kind}'])} | one-row `INSERT` through the gateway: {fmt_p(lat['raw'])} "
+                         f"| {one / raw_p50:.2f}× | ≤ 3 s {'✓' if one <= 3 else '✗'} |")
+            lines.append(f"| 4. one-row `INSERT` into the {label}'s stream table through the gateway (of the line "
+                         f"above) | {fmt_p(lat[f'insert_{kind}'])} | into a plain Iceberg table: "
+                         f"{fmt_p(lat['raw'])} | {statistics.median(lat[f'insert_{kind}']) / raw_p50:.2f}× | — |")
     lines += [
         "",
         "Ratios: 1 = tiering rows/s ÷ raw rows/s; 2 = raw time ÷ tiering time; 3 = time(10×) ÷ time(1×); "
-        "4 = tierlake ÷ raw (no target). Line 1 is a single measurement after a warm-up on a small table; "
-        f"lines 2–2b are medians of {args.pk_runs} runs on new tables (each: "
-        + "; ".join(f"delta {d:.2f}/{dr:.2f}/{ds:.2f} s, load {lt:.2f}/{lr:.2f}/{ls:.2f} s"
-                    for lt, lr, ls, d, dr, ds in pk_runs)
-        + " as tierlake/raw/raw with the settings); "
-        "the lake tables of 1–2 were checked against the raw results.",
-        "",
-        issue18_fixed_cost(bench.breakdowns),
+        "4 = tierlake ÷ raw (no target).",
+    ]
+    if "1" in phases:
+        lines.append("Line 1 is a single measurement after a warm-up on a small table.")
+    if "2" in phases:
+        lines.append(
+            f"Lines 2–2b are medians of {args.pk_runs} runs on new tables (each: "
+            + "; ".join(f"delta {d:.2f}/{dr:.2f}/{ds:.2f} s, load {lt:.2f}/{lr:.2f}/{ls:.2f} s"
+                        for lt, lr, ls, d, dr, ds in pk_runs)
+            + " as tierlake/raw/raw with the settings).")
+    if phases & {"1", "2"}:
+        lines.append("The lake tables of 1–2 were checked against the raw results.")
+    if "4" in phases:
+        lines += ["", issue18_fixed_cost(bench.breakdowns)]
+    lines += [
         "",
         "Where a round's time goes (`Worker.tier` split at `run_round`'s step hooks and the worker's heartbeats; "
         "median per step over the rounds):",
