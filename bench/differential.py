@@ -27,6 +27,7 @@ import time
 import traceback
 
 from hypothesis.control import BuildContext
+from hypothesis.errors import StopTest
 from hypothesis.internal.conjecture.data import ConjectureData
 
 from bench.common import start_server
@@ -89,9 +90,14 @@ def main(argv: list[str] | None = None) -> int:
     # (Hypothesis's generate phase mutates earlier examples, so its consecutive cases look alike);
     # never shrunk: the long mode counts, the default suite shrinks.
     def draw(i: int):
-        data = ConjectureData(random=random.Random(args.seed * 1_000_003 + i))
-        with BuildContext(data, is_final=False, wrapped_test=None):
-            return data.draw(cases())
+        for attempt in range(100):  # a draw a filter rejects is drawn again from the next seed
+            data = ConjectureData(random=random.Random((args.seed * 1_000_003 + i) * 101 + attempt))
+            try:
+                with BuildContext(data, is_final=False, wrapped_test=None):
+                    return data.draw(cases())
+            except StopTest:
+                continue
+        raise RuntimeError(f"case {i}: no valid draw in 100 attempts")
 
     pending: list = (list(EXPLICIT_CASES) if args.explicit else []) + list(range(args.cases))
     workers = []
