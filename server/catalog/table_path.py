@@ -27,6 +27,16 @@ class TablePath:
         return sql.quote_table(self.database, self.table)
 
 
+def coordinator_path(path: str) -> TablePath:
+    """The table the coordinator names ``path``: ``<database>.<table>`` as it registered them, unquoted
+    (database names hold no dot). Not a name a user wrote: a table named ``where`` or ``a/b`` is
+    ``db.where``, which :func:`parse_table_path` would read as SQL and refuse (issue 50's harness)."""
+    database, dot, table = str(path).partition(".")
+    if not (database and dot and table):
+        raise InvalidIdentifierError(f"invalid table name {path!r}: expected db.table")
+    return TablePath(database, table)
+
+
 def parse_table_path(text: str, default_database: str = "default") -> TablePath:
     """Parse and validate a table name; Hive stores names in lower case, so do we."""
     if not isinstance(text, str) or not text.strip():

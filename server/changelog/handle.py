@@ -42,7 +42,7 @@ from typing import Any
 
 from tierlake.server.catalog import properties as P
 from tierlake.server.catalog.spec import TieredSpec
-from tierlake.server.catalog.table_path import TablePath, parse_table_path
+from tierlake.server.catalog.table_path import TablePath, coordinator_path
 from tierlake.server.catalog.tiered_tables import lake_of
 from tierlake.server.runtime import iceberg_actions as im
 from tierlake.server.runtime.jvm import string_map
@@ -76,7 +76,7 @@ class TableHandle:
     def open(cls, spark: Any, config: Any, path: str, table_id: int = 0, epoch: int = 0,
              job_id: str = "") -> TableHandle:
         """The handle of an assigned table: its stream loaded, its lake the one it was registered with."""
-        stream = parse_table_path(path)
+        stream = coordinator_path(path)
         stream_table = iceberg_table(spark, stream.quoted)
         properties = string_map(stream_table.properties())
         return cls(spark, stream, lake_of(config, stream, properties), table_id=table_id, epoch=epoch,
