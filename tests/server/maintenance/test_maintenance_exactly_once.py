@@ -281,7 +281,10 @@ def test_a_stream_table_dropped_and_created_again_is_recognised(server, spark, h
     # Dropped by another application: the registration stays (the gateway's DROP TABLE unregisters the
     # table in the same step, tests/server/tiering/test_fresh_views.py).
     spark.sql(f"DROP TABLE {path}")
-    make_table(hive_cursor, db, name, False)
+    # ... and created again there too (through the gateway, a tiered CREATE over the old lake table is
+    # refused before anything is made: tests/server/tiering/test_leftover_lake.py).
+    spark.sql(f"CREATE TABLE {path} (id BIGINT, v STRING) USING iceberg "
+              "TBLPROPERTIES ('table.datalake.enabled'='true', 'table.datalake.freshness'='1 h')")
     new_uuid = str(iceberg_table(spark, path).uuid())
     assert new_uuid != old_uuid
     for k in (10, 11, 12, 13):  # 4 commits: the old position (3) alone would skip the first three
