@@ -371,3 +371,14 @@ class TieredDdlError(TierlakeError):
         super().__init__(message)
         if sqlstate:
             self.sqlstate = sqlstate
+
+
+# The SQLSTATE of a JVM exception that reaches Python raw (Iceberg's catalog exceptions are not Spark
+# errors and carry none), by its class's simple name: one table for the gateway's relay and tiered DDL.
+JAVA_EXCEPTION_STATES = {
+    "NoSuchNamespaceException": "3F000",
+    "NoSuchTableException": "42P01",
+    "AlreadyExistsException": "42P07",
+    "ValidationException": "22023",
+    "CommitFailedException": "40001",
+}

@@ -56,7 +56,7 @@ from tierlake.server.coordinator.registration import (
     rescheduler,
 )
 from tierlake.server.coordinator.state_machine import Status
-from tierlake.server.exceptions import TableExistsError, TieredDdlError, TierlakeError
+from tierlake.server.exceptions import JAVA_EXCEPTION_STATES, TableExistsError, TieredDdlError, TierlakeError
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.tiering.ctas import RESULT_COLUMNS, T_RENAME, create_table_as
@@ -107,7 +107,12 @@ def _state_of(e: BaseException) -> str | None:
         return e.sqlstate
     state = getattr(e, "getSqlState", None)
     try:
-        return state() if callable(state) else None
+        found = state() if callable(state) else None
+        java = getattr(e, "java_exception", None)
+        while found is None and java is not None:  # Iceberg's catalog exceptions carry no state
+            found = JAVA_EXCEPTION_STATES.get(str(java.getClass().getSimpleName()))
+            java = java.getCause()
+        return found
     except Exception:  # noqa: BLE001 - no state to keep
         return None
 

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 from tierlake.server.exceptions import (
+    JAVA_EXCEPTION_STATES,
     InvalidArgumentError,
     SparkSqlError,
     SqlSyntaxError,
@@ -30,13 +31,7 @@ MAX_CALL_SIZE = "tierlake.gateway.max-call-size"
 DEFAULT_MAX_CALL_SIZE = 64 * 1024
 
 
-_ICEBERG_STATES = {
-    "NoSuchNamespaceException": "3F000",
-    "NoSuchTableException": "42P01",
-    "AlreadyExistsException": "42P07",
-    "ValidationException": "22023",
-    "CommitFailedException": "40001",
-}
+_ICEBERG_STATES = JAVA_EXCEPTION_STATES
 
 
 def spark_error(e: Exception) -> TierlakeError:

@@ -169,7 +169,8 @@ def left_behind(spark, server, db: str, name: str) -> list[str]:
     found = [t for t in (f"{db}.{name}", f"{db}_lake.{name}") if spark.catalog.tableExists(t)]
     found += [f"database {d}" for d in (f"{db}_lake", f"{db}_fresh") if spark.catalog.databaseExists(d)]
     if spark.catalog.databaseExists(f"{db}_fresh"):
-        found += [f"view {db}_fresh.{v.name}" for v in spark.catalog.listTables(f"{db}_fresh")]
+        # Not the driver session's temporary views (listTables lists them too; other modules make some).
+        found += [f"view {db}_fresh.{v.name}" for v in spark.catalog.listTables(f"{db}_fresh") if not v.isTemporary]
     _, states = server.coordinator.load()
     found += [f"registration {s.path}" for s in states.values() if s.path == f"{db}.{name}"]
     return found
