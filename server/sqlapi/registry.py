@@ -104,13 +104,17 @@ class Procedure:
     def signature(self) -> str:
         return f"{self.qualified_name}({', '.join(p.signature() for p in self.params)})"
 
-    def bind(self, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-        """Match CALL arguments to parameters and check their types."""
-        if len(args) > len(self.params):
+    def check_positional(self, count: int) -> None:
+        """Refuse more positional arguments than parameters (the gateway asks before parsing them)."""
+        if count > len(self.params):
             raise InvalidArgumentError(
                 f"{self.qualified_name} takes at most {len(self.params)} argument(s), "
-                f"got {len(args)}; signature: {self.signature()}"
+                f"got {count}; signature: {self.signature()}"
             )
+
+    def bind(self, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Match CALL arguments to parameters and check their types."""
+        self.check_positional(len(args))
         by_name = {p.name: p for p in self.params}
         bound: dict[str, Any] = {}
         for param, value in zip(self.params, args, strict=False):

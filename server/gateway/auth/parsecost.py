@@ -144,7 +144,8 @@ def nesting(text: str) -> int:
     Spark's parser meets, and no more than :data:`MAX_NESTING` when that depth
     is within it (a text with few brackets answers their count). Two
     regular-expression passes at C speed, then one step per bracket."""
-    if text.count("(") + text.count("[") <= MAX_NESTING:
-        return text.count("(") + text.count("[")  # an upper bound that is already small enough
+    opened = text.count("(") + text.count("[")
+    if opened <= MAX_NESTING:
+        return opened  # an upper bound that is already small enough
     brackets = _NOT_BRACKETS.sub("", _NOT_NESTING.sub(" ", text))
     return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)

@@ -9,7 +9,6 @@ from collections.abc import Callable
 
 from tierlake.server.exceptions import (
     JAVA_EXCEPTION_STATES,
-    InvalidArgumentError,
     SparkSqlError,
     SqlSyntaxError,
     StatementTooLargeError,
@@ -172,11 +171,7 @@ class CallHandler:
                 parse_call(statement)  # says what is wrong with it
             raise SqlSyntaxError("cannot parse CALL: expected CALL sys.<procedure>(<arguments>)")
         proc = self.registry.get(head.name)
-        if head.positional > len(proc.params):
-            # As Procedure.bind words it; a named argument too many is left to bind, which names it.
-            raise InvalidArgumentError(
-                f"{proc.qualified_name} takes at most {len(proc.params)} argument(s), got {head.positional}; "
-                f"signature: {proc.signature()}")
+        proc.check_positional(head.positional)  # a named argument too many is left to bind, which names it
         size = len(statement.encode("utf-8", "surrogatepass"))
         if size > self.max_call_size:
             raise StatementTooLargeError(

@@ -270,8 +270,8 @@ public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, 
      * (one that comes from data cannot be checked before it runs). Possessive quantifiers
      * ({@code a*+}) and atomic groups ({@code (?>…)}) do not backtrack and are allowed.
      */
-    private static String regex(Expression e, String role) {
-        if (!REGEX_FUNCTIONS.contains(simple(e)) || e.children().size() < 2) return null;
+    private static String regex(Expression e, String name, String role) {
+        if (!REGEX_FUNCTIONS.contains(name) || e.children().size() < 2) return null;
         Expression pattern = e.children().apply(1);
         if (!pattern.foldable()) {
             return ADMIN.equals(role) ? null : "a regular expression that is not a literal (" + e.prettyName() + ")";
@@ -400,7 +400,7 @@ public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, 
         if (name.startsWith("XPath")) return "NOBODY:" + name + " (XML functions fetch what a document names)";
         String reflected = reflection(e);
         if (reflected != null) return reflected;
-        String regex = regex(e, role);
+        String regex = regex(e, name, role);
         if (regex != null) return regex;
         if (ADMIN.equals(role)) return null;
         if (name.equals("CallMethodViaReflection") || name.equals("TryReflect")) {
