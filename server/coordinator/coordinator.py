@@ -28,6 +28,7 @@ from tierlake import sql
 from tierlake.server.catalog.properties import NEXT_TABLE_ID
 from tierlake.server.coordinator import state_machine as sm
 from tierlake.server.coordinator.history import HistoryWriter
+from tierlake.server.coordinator.idle import StreamWatch
 from tierlake.server.coordinator.maintenance_schedule import MaintenanceSchedule
 from tierlake.server.coordinator.state_machine import Policy, Status, TableState
 from tierlake.server.observability import metrics
@@ -105,6 +106,9 @@ class Coordinator:
         self._queue_lock = threading.Lock()
         self._queue: list[_Ticket] = []
         self.maintenance = MaintenanceSchedule(self)  # managed maintenance runs inside assignments
+        # Idle tables get no round (coordinator/idle.py); a coordinator without Spark (unit tests) tiers all.
+        self.streams = None if spark is None else StreamWatch(spark)
+        self._latest: dict[int, TableState] | None = None  # the states of the last commit (or load)
         self._next_id = 1  # the counter as of the commit being computed (under self.lock)
         self._legacy_next_id: int | None = None
 
@@ -213,6 +217,7 @@ class Coordinator:
                 ticket.done = True
             return
         if final:
+            self._latest = final[0]
             metrics.TABLES.publish_states(final[0].values())  # /metrics and the status page read this copy
         rounds = [r for ticket in batch if ticket.error is None for r in ticket.rounds]
         for ticket in batch:
@@ -251,17 +256,20 @@ class Coordinator:
                     refresh_properties(state)
                     refreshed[entry.table_id] = state.properties
 
+        quiet, read = self._idle_check() if request_table else (set(), {})
+
         def change(states, now):
             for table_id, properties in refreshed.items():
                 if table_id in states:
                     states[table_id].properties = dict(properties)
             out = sm.heartbeat(states, job_id, tiering, finished, failed, request_table, now,
-                               self.policy, self.liveness, job_started=job_started)
+                               self.policy, self.liveness, job_started=job_started, quiet=quiet)
             self._persist_liveness(states, out.changed)
             return out, bool(out.changed), out.rounds
 
         with metrics.HEARTBEAT_DURATION.time():
             out = self.mutate(change)
+        self._sent(read, out.changed)
         self._touch_job(job_id, out)
         return out.answers
 
@@ -304,11 +312,31 @@ class Coordinator:
     def tick(self) -> set[int]:
         """Timeouts, due tables, retries; commits only when something changed."""
 
+        quiet, read = self._idle_check()
+
         def change(states, now):
-            out = sm.schedule(states, now, self.policy, self.liveness)
+            out = sm.schedule(states, now, self.policy, self.liveness, quiet=quiet)
             return out.changed, bool(out.changed), out.rounds
 
-        return self.mutate(change)
+        changed = self.mutate(change)
+        self._sent(read, changed)
+        return changed
+
+    def _idle_check(self) -> tuple[set[int], dict[int, str]]:
+        """Which due tables stay Scheduled because their stream is unchanged (coordinator/idle.py).
+
+        Before the change, outside the commit lock: a metastore call per due table must
+        not hold up the heartbeats that share a group commit."""
+        if self.streams is None:
+            return set(), {}
+        latest = self._latest
+        if latest is None:
+            _, latest = self.load()
+        return self.streams.due_unchanged(list(latest.values()), self.clock(), self.maintenance.wanted)
+
+    def _sent(self, read: dict[int, str], changed: set[int]) -> None:
+        if self.streams is not None and read:
+            self.streams.sent(read, changed)
 
     def start_ticker(self, interval: timedelta) -> None:
         def tick() -> None:

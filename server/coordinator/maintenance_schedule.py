@@ -158,6 +158,18 @@ class MaintenanceSchedule:
                 self.last_orphans[table_id] = now
             return True, trigger, uuid.uuid4().hex, orphans
 
+    def wanted(self, table_id: int, now: datetime) -> bool:
+        """Whether the table's next assignment would run maintenance by request or interval
+        (what :meth:`due` answers before it looks at file counts): an idle table gets its
+        round for it (server/coordinator/idle.py). False for a table this server has not
+        asked about yet; its first round asks."""
+        with self.cond:
+            if table_id in self.requested:
+                return True
+            last = self.last.get(table_id)
+        interval = self.interval()
+        return last is not None and interval.total_seconds() > 0 and now - last >= interval
+
     def record(self, job_id: str, table_id: int, epoch: int, run_id: str, trigger: str,
                actions: list[Any]) -> int:
         """Append the run's actions to the history; wakes a waiting ``sys.run_maintenance``."""

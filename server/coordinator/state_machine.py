@@ -292,12 +292,16 @@ def finish(state: TableState, entry: FinishedEntry, now: datetime, out: Outcome)
 
 
 def schedule(states: dict[int, TableState], now: datetime, policy: Policy,
-             liveness: dict[int, datetime] | None = None, out: Outcome | None = None) -> Outcome:
+             liveness: dict[int, datetime] | None = None, out: Outcome | None = None,
+             quiet: Iterable[int] = ()) -> Outcome:
     """Time-driven changes: heartbeat timeouts, due tables and retries → Pending.
 
     ``liveness`` holds heartbeats the caller has not persisted yet (newer than
-    ``last_heartbeat``).
+    ``last_heartbeat``). ``quiet``: ids of due ``Scheduled`` tables whose stream
+    has not changed since their last round (server/coordinator/idle.py): they
+    stay ``Scheduled``, unchanged (a failed table's retry is never skipped).
     """
+    quiet = frozenset(quiet)
     out = out or Outcome()
     for state in states.values():
         if state.status is Status.TIERING:
@@ -310,6 +314,8 @@ def schedule(states: dict[int, TableState], now: datetime, policy: Policy,
                      "the table was re-queued",
                      now, policy, out, outcome="timed_out", requeue_now=True)
         elif state.status in (Status.SCHEDULED, Status.FAILED):
+            if state.status is Status.SCHEDULED and state.table_id in quiet:
+                continue
             if state.next_due is None or state.next_due <= now:
                 transition(state, Status.PENDING, now)
                 out.changed.add(state.table_id)
@@ -351,6 +357,7 @@ def heartbeat(
     policy: Policy,
     liveness: dict[int, datetime] | None = None,
     job_started: bool = False,
+    quiet: Iterable[int] = (),
 ) -> Outcome:
     """Handle one heartbeat: failed, in-progress, finished, then assignment.
 
@@ -360,6 +367,7 @@ def heartbeat(
     still assigned to it that it does not report was abandoned by its earlier
     run (a crash, an unclean stop) and is re-queued at once, its epoch fenced,
     instead of waiting out the heartbeat timeout.
+    ``quiet``: due tables that stay ``Scheduled`` (see :func:`schedule`).
     """
     out = Outcome()
     liveness = liveness if liveness is not None else {}
@@ -391,7 +399,7 @@ def heartbeat(
         answer("finished", entry.table_id, entry.tiering_epoch,
                lambda s, e=entry: finish(s, e, now, out))
     if request_table:
-        schedule(states, now, policy, liveness, out)
+        schedule(states, now, policy, liveness, out, quiet=quiet)
         pending = [s for s in states.values() if s.status is Status.PENDING]
         if pending:
             state = min(pending, key=lambda s: (s.pending_since or now, s.table_id))

@@ -216,3 +216,13 @@ def test_the_process_counts_are_what_note_commit_counts():
     before = housekeeping.commits_total("sys.y")
     housekeeping.note_commit("sys.y")
     assert housekeeping.commits_total("sys.y") == before + 1
+
+
+def test_wanted_tells_the_idle_check_when_an_assignment_would_run_maintenance(schedule):
+    assert schedule.wanted(1, T0) is False  # never asked: its first round asks
+    schedule.due("job", 1, 3)
+    schedule.coordinator.now += timedelta(minutes=9)
+    assert schedule.wanted(1, schedule.coordinator.now) is False
+    assert schedule.wanted(1, schedule.coordinator.now + timedelta(minutes=1)) is True  # the interval passed
+    schedule.requested[1] = "run"
+    assert schedule.wanted(1, schedule.coordinator.now) is True
