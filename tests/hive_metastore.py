@@ -34,8 +34,11 @@ public class PrepDb {
 
 
 class StockMetastore:
-    def __init__(self, port: int, directory: Path):
-        self.port, self.directory = port, directory
+    """``lock_tables=False``: the schema only as DataNucleus' auto-create makes it (no HIVE_LOCKS …),
+    as a metastore set up without ``schematool`` has it."""
+
+    def __init__(self, port: int, directory: Path, lock_tables: bool = True):
+        self.port, self.directory, self.lock_tables = port, directory, lock_tables
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -50,10 +53,11 @@ class StockMetastore:
         jars = Path(pyspark.__file__).parent / "jars"
         self.directory.mkdir(parents=True, exist_ok=True)
         url = f"jdbc:derby:;databaseName={self.directory / 'db'};create=true"
-        prep = self.directory / "PrepDb.java"
-        prep.write_text(PREP_DB)
-        subprocess.run(["java", f"-Dderby.system.home={self.directory}", "-cp", f"{jars}/*", str(prep), url],
-                       check=True, capture_output=True, timeout=300)
+        if self.lock_tables:
+            prep = self.directory / "PrepDb.java"
+            prep.write_text(PREP_DB)
+            subprocess.run(["java", f"-Dderby.system.home={self.directory}", "-cp", f"{jars}/*", str(prep), url],
+                           check=True, capture_output=True, timeout=300)
         conf = {
             "hive.async.log.enabled": "false",  # Hive's async log4j2 loggers need a jar pyspark lacks
             "javax.jdo.option.ConnectionURL": url,

@@ -249,7 +249,12 @@ def expire_stream(handle: TableHandle, position: int, max_age_ms: int, keep: int
     most = P.read(props, P.STREAM_MAX_SNAPSHOTS)
     if len(ancestry) > most:
         cutoff = max(cutoff, ancestry[most - 1].timestamp_ms)
-    cutoff = min(cutoff, needed.timestamp_ms)
+    # Every snapshot from the bound on stays, whatever its timestamp. Iceberg retains main's
+    # snapshots walking back from its head and stops at the first one older than the cutoff, and an
+    # outside appender whose clock is behind (Iceberg accepts a commit up to a minute before the
+    # last) makes a snapshot older than its parent: a cutoff at the bound's own timestamp expired
+    # such an untiered commit, and the next round found the changelog truncated.
+    cutoff = min([cutoff] + [s.timestamp_ms for s in ancestry if s.sequence_number >= needed.sequence_number])
     if len(ancestry) >= keep:
         cutoff = min(cutoff, ancestry[keep - 1].timestamp_ms)
     recorded = []

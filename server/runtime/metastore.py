@@ -117,6 +117,36 @@ def ensure_lock_tables(spark: Any, db: MetastoreDb) -> None:
         _ensure_derby(spark, db)
 
 
+def check_remote_locks(spark: Any, uris: str) -> None:
+    """Refuse a metastore service whose lock tables are missing, before the first commit.
+
+    Against a service (``hive.metastore.uris``) the server commits with Iceberg's
+    metastore locks, which Hive keeps in its transaction tables (HIVE_LOCKS …). A
+    service whose schema DataNucleus created (``datanucleus.schema.autoCreateAll``)
+    rather than ``schematool`` has none: every lock request fails with "Internal
+    error", Iceberg retries it without end, and the server hung at its first
+    migration printing nothing. One ``show_locks`` call finds out."""
+    jvm = spark.sparkContext._jvm
+    hive_conf = jvm.org.apache.hadoop.hive.conf.HiveConf(
+        spark.sparkContext._jsc.hadoopConfiguration(),
+        jvm.java.lang.Class.forName("org.apache.hadoop.hive.conf.HiveConf"))
+    try:
+        client = jvm.org.apache.hadoop.hive.metastore.HiveMetaStoreClient(hive_conf)
+    except Exception as e:  # py4j error: say which service
+        raise MigrationError(f"cannot connect to the Hive metastore service {uris}: {_java_message(e)}") from e
+    try:
+        client.showLocks(jvm.org.apache.hadoop.hive.metastore.api.ShowLocksRequest())
+    except Exception as e:  # py4j error: say what is missing and how to make it
+        raise MigrationError(
+            f"the Hive metastore service {uris} cannot take locks (show_locks: {_java_message(e)}); "
+            "Iceberg's commits through a shared metastore need Hive's transaction tables (HIVE_LOCKS, "
+            "NEXT_LOCK_ID, TXNS …). Create its schema with Hive's schematool (`schematool -dbType <db> "
+            "-initSchema`, or `-upgradeSchema`), not DataNucleus' auto-create, and start tierlake again") from e
+    finally:
+        client.close()
+    log.info("the Hive metastore service %s takes locks", uris)
+
+
 def _connect(spark: Any, db: MetastoreDb) -> Any:
     jvm = spark.sparkContext._jvm
     if db.user is None and db.password is None:

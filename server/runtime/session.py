@@ -40,7 +40,12 @@ from tierlake.server.runtime.javaext import (
 )
 from tierlake.server.runtime.jvm import jclass
 from tierlake.server.runtime.log_setup import log4j2_config
-from tierlake.server.runtime.metastore import derby_url, ensure_lock_tables, metastore_db  # noqa: F401 - derby_url: re-export
+from tierlake.server.runtime.metastore import (  # noqa: F401 - derby_url: re-export
+    check_remote_locks,
+    derby_url,
+    ensure_lock_tables,
+    metastore_db,
+)
 
 log = logging.getLogger("tierlake.session")
 
@@ -425,6 +430,9 @@ def build_spark(config: Config, thrift_port: int, owns_metastore: bool = True) -
     # (idempotent, under a lock); embedded Derby only by its owner.
     if owns_metastore or db.shared:
         ensure_lock_tables(spark, db)
+    uris = config.values.get("spark.hadoop.hive.metastore.uris") or config.values.get("hive.metastore.uris")
+    if (uris or "").strip():
+        check_remote_locks(spark, uris.strip())
     return spark
 
 

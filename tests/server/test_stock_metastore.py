@@ -8,6 +8,7 @@ row exactly once."""
 from __future__ import annotations
 
 import re
+import subprocess
 import threading
 import time
 import urllib.request
@@ -21,6 +22,8 @@ from tests.conftest import (
     start_server_process,
     start_service_process,
     stop_process,
+    subprocess_env,
+    tierlake_command,
     wait_for,
 )
 from tests.hive_metastore import StockMetastore
@@ -109,3 +112,24 @@ def test_server_and_tiering_service_on_a_stock_hive_metastore(tmp_path):
             if proc is not None:
                 stop_process(proc)
         metastore.stop()
+
+
+def test_a_metastore_service_without_lock_tables_is_refused_at_start(tmp_path):
+    """A metastore whose schema DataNucleus made (no HIVE_LOCKS …): the server hung forever at its first
+    migration, Iceberg retrying the lock; now it stops at once and says what to create."""
+    metastore = StockMetastore(free_port(), tmp_path / "hms", lock_tables=False).start()
+    try:
+        done = subprocess.run(
+            tierlake_command() + ["server", "--home", str(tmp_path / "server"), "--port", str(free_port()),
+                                  "--workers", "0",
+                                  "--conf", f"spark.hadoop.hive.metastore.uris={metastore.uri}",
+                                  "--conf", f"spark.sql.warehouse.dir={metastore.warehouse}",
+                                  "--conf", "tierlake.master=local[1]"],
+            capture_output=True, text=True, env=subprocess_env(), timeout=600)
+    finally:
+        metastore.stop()
+    assert done.returncode == 2, (done.returncode, done.stderr[-3000:])
+    assert f"the Hive metastore service {metastore.uri} cannot take locks" in done.stderr, done.stderr[-3000:]
+    assert "schematool" in done.stderr and "HIVE_LOCKS" in done.stderr, done.stderr[-3000:]
+    log = tmp_path / "server" / "logs" / "tierlake.log"
+    assert not log.exists() or "applying migration" not in log.read_text()
