@@ -125,3 +125,72 @@ def test_a_signal_taken_by_another_thread_stops_the_server_within_a_second(tmp_p
         assert server.wait(timeout=120) == 0
     finally:
         stop_process(server)
+
+
+# Issue 54 item 4: SIGTERM to the group, writers and rounds running, RUNS times over one home.
+RUNS = int(os.environ.get("TIERLAKE_CLEAN_STOP_RUNS", "20"))
+# "Acted on within a second": the handler's log line, with slack for a loaded machine.
+ACTED_ON_S = 2.0
+# A clean stop: statements drained (up to 30 s), the running round finished, Spark stopped.
+STOPPED_S = 90.0
+
+
+def test_sigterm_to_the_group_with_writers_and_rounds_stops_cleanly_every_time(tmp_path):
+    """Each run: start the server on the same home, check that what earlier runs acknowledged is there
+    exactly once, start four writers, wait for a round, send SIGTERM to the process group at a varying
+    moment, and check that the server says so at once and exits 0 in order. At the end every
+    acknowledged row is in the lake exactly once."""
+    port, home = free_port(), tmp_path / "home"
+    writers: list[Writer] = []
+    acted, stopped, starts = [], [], []
+    server = None
+    try:
+        for run in range(RUNS + 1):
+            begun = time.monotonic()
+            server = start_server_process(home, port, CONF, workers=1, own_group=True)
+            starts.append(time.monotonic() - begun)
+            if run == 0:
+                create_tables(port)
+            for w in writers[-4:]:  # the statements in flight at the stop, sent again with their request ids
+                resend(port, w, w.acked[-1:] + w.unknown)
+            for table in TABLES:
+                ids = [r[0] for r in query(port, f"SELECT id FROM {table}")]
+                assert sorted(ids) == expected_ids(writers, table), f"run {run}, {table}: a row lost or doubled"
+            events = [r[0] for r in query(port, "SELECT id FROM shop_lake.events")]
+            assert len(events) == len(set(events)), f"run {run}: a row tiered twice"
+            if run == RUNS:
+                break
+            text = log_text(home)
+            signals, rounds = text.count("SIGTERM received: stopping"), text.count("tiered shop.")
+            batch = [Writer(port, table, run * 10 + k) for k, table in enumerate(list(TABLES) * 2)]
+            writers += batch
+            for w in batch:
+                w.start()
+            wait_for(lambda rounds=rounds, batch=batch: log_text(home).count("tiered shop.") > rounds
+                     and sum(len(w.acked) for w in batch) >= 8, 120, "a round and acknowledged writes", 0.1)
+            time.sleep((run % 5) * 0.25)  # mid-round, between rounds, mid-commit: a different moment each run
+            sent = time.monotonic()
+            os.killpg(server.pid, signal.SIGTERM)
+            wait_for(lambda signals=signals: log_text(home).count("SIGTERM received: stopping") > signals, 30,
+                     "the SIGTERM to be acted on", 0.05)
+            acted.append(time.monotonic() - sent)
+            status = server.wait(timeout=STOPPED_S)
+            stopped.append(time.monotonic() - sent)
+            for w in batch:
+                w.stop.set()
+                w.join(timeout=60)
+            assert status == 0, (run, server.stderr.read()[-5000:])
+            lines = log_text(home).strip().splitlines()
+            assert lines[-1].endswith("stopped"), (run, lines[-5:])
+            assert acted[-1] < ACTED_ON_S, f"run {run}: SIGTERM acted on after {acted[-1]:.1f} s"
+            assert sum(len(w.acked) for w in batch) >= 8
+        lake = lake_ids(port, writers, timeout=120)
+        assert all(lake[t] == expected_ids(writers, t) for t in TABLES), "a row not tiered exactly once"
+        assert all(r[0] != "Failed" for r in query(port, "SELECT status FROM sys.lake_tiering_status"))
+        assert "cannot schedule new futures" not in log_text(home)
+    finally:
+        if server is not None:
+            stop_process(server)
+        print(f"\n{len(acted)} stops: SIGTERM acted on in at most {max(acted, default=0):.2f} s, "
+              f"stopped in {min(stopped, default=0):.1f}..{max(stopped, default=0):.1f} s; "
+              f"started in {min(starts, default=0):.1f}..{max(starts, default=0):.1f} s")
