@@ -8,7 +8,8 @@ from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath, parse_table_path
 from tierlake.server.coordinator.registration import coordinator, iceberg_properties, registered
 from tierlake.server.exceptions import InvalidArgumentError, NoSuchTableError
-from tierlake.server.quality import gx, suite
+from tierlake.server.kv.snapshot_catalog import KvCatalog
+from tierlake.server.quality import gx, lake_diff, suite
 from tierlake.server.runtime.config import Config
 from tierlake.server.sqlapi import registry
 from tierlake.server.sqlapi.context import Context
@@ -36,24 +37,32 @@ def _sample_size(ctx: Context) -> int:
 
 
 @registry.procedure(returns=RESULT_COLUMNS, role=WRITER)
-def validate(ctx: Context, table: str):
+def validate(ctx: Context, table: str, compare: bool = True):
     """Validate a tiered table's lake table with its Great Expectations suite; one row per expectation.
 
     The suite is the derived checks (primary key not null and unique; for log
     tables, the lake's row count equals the stream's rows up to the tiered
-    position; the lake is not ahead of the tiered position) plus the table's
-    user expectations (sys.add_expectation). Results are recorded in
-    sys.lake_data_quality under the returned run_id.
+    position; the lake is not ahead of the tiered position; the lake's rows
+    equal what the stream implies up to the lake's tiered position,
+    tierlake_lake_equals_stream) plus the table's user expectations
+    (sys.add_expectation). Results are recorded in sys.lake_data_quality
+    under the returned run_id.
 
     Args:
       table: the stream table, db.table
+      compare: run tierlake_lake_equals_stream (a scan of the lake and of the stream up to the position)
     """
     path, state = _registered(ctx, table)
     lake = TablePath(state.lake_database, state.lake_table)
     if not ctx.spark.catalog.tableExists(lake.quoted):
         raise NoSuchTableError(f"lake table {lake} of {path} does not exist")
     spec = TieredSpec.from_properties(iceberg_properties(ctx.spark, path))
-    target = suite.Target(state.table_id, path, lake, spec, state.tiered_position or 0)
+    bases: tuple[lake_diff.KvBase, ...] = ()
+    if compare and spec.is_primary_key:
+        bases = tuple(lake_diff.KvBase(s.kv_table, s.snapshot_id, s.log_position, s.stream_snapshot_id)
+                      for s in KvCatalog(ctx.spark).list(path))
+    target = suite.Target(state.table_id, path, lake, spec, state.tiered_position or 0, compare_stream=compare,
+                          kv_bases=bases)
     result = suite.run(ctx.spark, target, _sample_size(ctx))
     return [(result.run_id, o.expectation, o.success, o.observed_value, o.unexpected_count, o.unexpected_sample)
             for o in result.outcomes]

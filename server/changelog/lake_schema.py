@@ -87,6 +87,23 @@ def project(frame: Any, fields: dict[int, str], columns: list[Carried]) -> Any:
     return frame.select(*out, F.col("_file"), F.col("_pos"))
 
 
+def carried_columns(spark: Any, stream_table: Any, lake_table: Any) -> list[Carried]:
+    """The lake (or KV) table's columns and the stream fields they carry now, read only: by the
+    lake's recorded field ids (by name for a lake without them), as :func:`sync_lake_schema` maps
+    them, without adding, renaming or recording anything. A lake column that carries no current
+    stream field has ``field_id`` None; a stream column the lake does not have yet is left out
+    (``sys.validate`` compares what both hold: server/quality/lake_diff.py)."""
+    fields = {fid: name for fid, name in field_ids.schema_fields(stream_table.schema()).items()
+              if name.lower() != CHANGE_TYPE}
+    lake_cols = schema_columns(spark, lake_table.schema())
+    names = {c.name.lower() for c in lake_cols}
+    recorded = field_ids.read(lake_table)
+    if recorded is None:  # a lake table from before field ids were recorded: same name, same column
+        recorded = {fid: name for fid, name in fields.items() if name.lower() in names}
+    carried = {name.lower(): fid for fid, name in recorded.items() if fid in fields and name.lower() in names}
+    return [Carried(c.name, c.type, carried.get(c.name.lower())) for c in lake_cols]
+
+
 # The answers of syncs that changed nothing, by everything a sync reads (see _sync_key): a round
 # whose stream and lake schemas did not change since an earlier round asks nothing more.
 _SYNCED: OrderedDict[tuple, tuple[Carried, ...]] = OrderedDict()

@@ -200,6 +200,12 @@ def _changes(handle: TableHandle, changes: Chunk, columns: list[Carried]) -> Any
     return out
 
 
+def read_changes(handle: TableHandle, changes: Chunk, columns: list[Carried]) -> Any:
+    """The rows a write of ``changes`` reads (``columns`` by field id, with ``_file`` and ``_pos``): the
+    same frame the round's statements run over (``sys.validate`` replays the tiered changelog with it)."""
+    return _changes(handle, changes, columns)
+
+
 def chunk_files(handle: TableHandle, changes: Chunk) -> Any:
     """The data files the chunk's appends added, with their data sequence numbers (``stream_files``'s
     columns): a DataFrame the MERGE joins to the chunk's rows by ``_file``.

@@ -91,7 +91,7 @@ class Outcome:
     """One expectation's result, as stored in ``sys.quality_results``."""
 
     expectation: str
-    success: bool
+    success: bool | None  # None: could not be checked (sys.validate's lake comparison, lake_diff.py)
     observed_value: str | None = None
     unexpected_count: int | None = None
     unexpected_sample: str | None = None

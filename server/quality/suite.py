@@ -11,7 +11,13 @@ Derived checks:
   means duplicates or rows written behind tierlake's back;
 - every table: the lake's newest tiering commit is not beyond the tiered
   position (``tierlake_lake_position_at_most``, computed from the lake's
-  snapshot summaries rather than by GX: it is metadata, not rows).
+  snapshot summaries rather than by GX: it is metadata, not rows);
+- ``sys.validate`` only (``Target.compare_stream``): the lake's rows equal
+  what the stream implies up to the lake's tiered position
+  (``tierlake_lake_equals_stream``, :mod:`.lake_diff`: one Spark query, not
+  GX). Rounds (``warn``, ``block``) do not run it: a round writes exactly
+  what the changelog says, and the comparison costs a scan of the lake and
+  the stream prefix.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.changelog.planner import SOURCE_POSITION
 from tierlake.server.changelog.planner import summary as summary_of
-from tierlake.server.quality import gx
+from tierlake.server.quality import gx, lake_diff
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.state.state_table import SmallTable
 
@@ -53,6 +59,8 @@ class Target:
     ref: str = "main"
     trigger: str = "validate"
     epoch: int | None = None
+    compare_stream: bool = False  # add tierlake_lake_equals_stream (sys.validate)
+    kv_bases: tuple[lake_diff.KvBase, ...] = ()  # retained KV snapshots that comparison may start from
 
 
 @dataclass
@@ -144,8 +152,14 @@ def run(spark: Any, target: Target, sample_size: int = DEFAULT_SAMPLE_SIZE) -> R
     position_ok = lake_position <= target.position
     outcomes.insert(len(derived), gx.Outcome(gx.describe(POSITION_CHECK, {"position": target.position}),
                                              position_ok, json.dumps(lake_position)))
+    extra = 1
+    if target.compare_stream and target.ref == "main":
+        diff = lake_diff.compare(spark, target.stream, target.lake, target.spec, snapshot_id, lake_position,
+                                 target.kv_bases)
+        outcomes.insert(len(derived) + 1, diff.outcome())
+        extra += 1
     result = RunResult(run_id, outcomes)
-    sources = ["derived"] * (len(derived) + 1) + ["user"] * len(user)
+    sources = ["derived"] * (len(derived) + extra) + ["user"] * len(user)
     rows = [dict(run_id=run_id, table_id=target.table_id, database_name=target.stream.database,
                  table_name=target.stream.table, lake_table=str(target.lake), lake_ref=target.ref,
                  lake_snapshot_id=snapshot_id, tiered_position=target.position, run_trigger=target.trigger,

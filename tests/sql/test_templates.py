@@ -120,6 +120,13 @@ CASES = {
         columns=[Column("a", "int"), Column("b", "int"), Column("v", "string")], stream_columns=["a", "b", "v"],
         keys=["a", "b"], sequence_by=None, change_type=CHANGE_TYPE, lake_snapshot=None, position=0,
         comment="it's fresh")),
+    "lake_diff_log": ("templates/lake_diff.sql.j2", dict(
+        delta="__tierlake_validate_delta_x", lake="__tierlake_validate_lake_x", columns=["id", "tags", "msg"],
+        json_columns=["tags"], keys=[])),
+    "lake_diff_pk_sequence_by": ("templates/lake_diff.sql.j2", dict(
+        delta="__d", files="__f", lake="__l", columns=["order_id", "amount", "tags", "ts"], json_columns=["tags"],
+        keys=["order_id"], sequence_by="ts", change_type=CHANGE_TYPE, change_types=CHANGE_TYPES,
+        guard="tierlake: it's refused")),
     "drop_view": ("templates/drop_view.sql.j2", dict(view=["shop_fresh", "or`ders"])),
     "drop_table_purge": ("templates/drop_table.sql.j2", dict(table=["sys", "ctas_0123456789ab_lake"], purge=True)),
 }
@@ -147,9 +154,10 @@ def test_rendered_sql_parses(case):
 
 # Names a template may use that are not in tierlake's reserved namespace: the user's own (the cases' columns,
 # tables and views), the metadata tables' columns, and the changelog check's result columns (read by name,
-# from relations holding reserved names only).
+# from relations holding reserved names only), and lake_diff's result columns (read by name).
 _NOT_GENERATED = {"problem", "detail", "position", "rows", "total", "file_path", "sequence_number", "bucket",
-                  "record_count", "file_size_in_bytes", "null_keys"}
+                  "record_count", "file_size_in_bytes", "null_keys", "missing_rows", "extra_rows", "missing_first",
+                  "missing_last", "extra_first", "extra_last"}
 
 
 @pytest.mark.parametrize("case", sorted(c for c in CASES if not c.startswith("call")))
