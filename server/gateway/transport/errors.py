@@ -18,6 +18,10 @@ UNRESOLVED_COLUMN.*         42703     2015  NoSuchColumnError
 PARSE_SYNTAX_ERROR          42601     2001  SqlSyntaxError
 =========================  ========  ====  ==================================
 
+A statement whose planning thread its deadline stopped (``java.lang.ThreadDeath``,
+StatementDeadline.java) is answered ``statement stopped: it ran longer than its
+time limit …``, SQLSTATE 57014.
+
 A refusal of the check rule on Spark's resolved plan (``AuthzCheck.java``,
 ``java.lang.SecurityException: permission denied: …``) is answered as the
 gateway's own refusals are: ``permission denied: …``, 42501, code 2008.
@@ -52,6 +56,14 @@ _CODES = {
     "PARSE_SYNTAX_ERROR": (SqlSyntaxError.sqlstate, SqlSyntaxError.error_code),
 }
 _REFUSED = "java.lang.SecurityException: permission denied: "
+# StatementDeadline.java stops a statement's thread that plans past its deadline: nothing else
+# in the server calls Thread.stop, so the Thrift Server's "Error running query: java.lang.ThreadDeath"
+# means that.
+_STOPPED = "java.lang.ThreadDeath"
+STOPPED_MESSAGE = ("statement stopped: it ran longer than its time limit (tierlake.query.reader-timeout for a "
+                   "reader, tierlake.query.timeout for everyone) while Spark was planning it on the driver, "
+                   "outside any job (a constant expression folded by the optimizer)")
+STOPPED_SQLSTATE = "57014"
 _SQL_SECTION = re.compile(r"== SQL ==\s*\n(?P<sql>.*?)(?:\n\s*\^+|$)", re.DOTALL)
 _UNQUALIFIED_CALL = re.compile(r"^\s*CALL\s+(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*\(", re.IGNORECASE)
 
@@ -68,6 +80,8 @@ def readable(message: str | None, sqlstate: str | None, error_code: int | None) 
         if text.startswith(prefix):
             text = text[len(prefix):]
     text = text.strip()
+    if text.split("\n", 1)[0].strip() == _STOPPED:
+        return STOPPED_MESSAGE, STOPPED_SQLSTATE, int(error_code or 0)
     if text.startswith(_REFUSED):
         # AuthzCheck's refusal on Spark's resolved plan (a SecurityException, no error class): the
         # gateway's own permission error, one line, whichever check refused.

@@ -25,8 +25,8 @@ import scala.runtime.BoxedUnit;
  * write into ``sys``).
  *
  * Only sessions the gateway bound to a role are checked ({@link #bind}): the
- * server's own sessions (tiering, maintenance, the sys reads) are not
- * clients'. Views are checked through: a reader's query of a view over files
+ * server's own sessions (tiering, maintenance) are not clients'; the
+ * gateway's sessions for a client's sys reads are bound to that client's role. Views are checked through: a reader's query of a view over files
  * is refused like the files.
  */
 public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
@@ -63,6 +63,9 @@ public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, 
                 return new AbstractFunction1<LogicalPlan, BoxedUnit>() {
                     @Override
                     public BoxedUnit apply(LogicalPlan plan) {
+                        // This is the statement's own thread (the Thrift Server set its job group here):
+                        // its deadline can stop the thread should planning outlive it.
+                        StatementDeadline.noteThread(session.sparkContext().getLocalProperty(StatementDeadline.JOB_GROUP));
                         String role = ROLES.get(session);
                         // A session no role was bound to (development mode, the server's own) is
                         // checked as admin's: what no role may run (XPath, reflection outside

@@ -1,6 +1,9 @@
 package io.tierlake.internal;
 
+import java.util.Collections;
 import java.util.Map;
+import java.util.Set;
+import java.util.WeakHashMap;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
@@ -12,7 +15,11 @@ import org.apache.spark.scheduler.SparkListenerEvent;
 import org.apache.spark.scheduler.SparkListenerJobEnd;
 import org.apache.spark.scheduler.SparkListenerJobStart;
 import org.apache.spark.sql.hive.thriftserver.ui.SparkListenerThriftServerOperationClosed;
+import org.apache.spark.sql.hive.thriftserver.ui.SparkListenerThriftServerOperationError;
+import org.apache.spark.sql.hive.thriftserver.ui.SparkListenerThriftServerOperationFinish;
 import org.apache.spark.sql.hive.thriftserver.ui.SparkListenerThriftServerOperationStart;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * Fails the Spark jobs of a Thrift Server statement that outlived its deadline,
@@ -30,9 +37,68 @@ import org.apache.spark.sql.hive.thriftserver.ui.SparkListenerThriftServerOperat
  * <p>The Thrift Server posts each statement's start (its job group and start
  * time) on the listener bus before the statement's first job, in order on the
  * same queue as the jobs' starts.
+ *
+ * <p>Work outside any job — the optimizer folding a constant expression such as
+ * {@code levenshtein(repeat('a', 200000), repeat('b', 200000))} in the
+ * statement's own thread on the driver — ignores job cancellation and thread
+ * interrupts alike (Catalyst never looks at either). From its deadline on, the
+ * statement's thread is looked at once a second, and stopped
+ * ({@link Thread#stop}, a {@code ThreadDeath} the Thrift Server reports as the
+ * statement's error) when it is provably in the optimizer's pure computation:
+ * runnable, the thread still the statement's (AuthzCheck noted it when the
+ * statement's plan was analysed, so a pool thread that moved on to another
+ * statement is never taken for it), a Catalyst rule executor below that is not
+ * the analyser, and every frame above it in code that holds no shared state
+ * (Catalyst's expressions and trees, Spark's string type, the JDK's lang,
+ * util, math and digests): no I/O, no class loading or code generation, no
+ * catalog, metastore or Iceberg call, no lock wait. Anywhere else the thread
+ * is left alone and looked at again a second later.
  */
 public final class StatementDeadline extends SparkListener {
-    private static final String JOB_GROUP = "spark.jobGroup.id";
+    static final String JOB_GROUP = "spark.jobGroup.id";
+    private static final Logger LOG = LoggerFactory.getLogger(StatementDeadline.class);
+    // A thread past its deadline outside the optimizer is looked at again this often.
+    private static final long REAP_EVERY_MS = 1000;
+    // Frames above the optimizer's rule executor in which a thread may be stopped: pure computation.
+    private static final String[] STOPPABLE = {
+        "org.apache.spark.sql.catalyst.", "org.apache.spark.unsafe.", "org.apache.spark.sql.types.",
+        "scala.", "java.lang.", "java.util.", "java.math.", "java.text.", "java.security.",
+        "sun.security.provider.", "jdk.internal.util.", "jdk.internal.misc.", "jdk.internal.reflect.",
+        "org.apache.commons.codec.", "org.apache.commons.lang3.", "com.fasterxml.jackson.",
+    };
+    // ...except these: class loading, code generation, locks and concurrency, reflection into anything.
+    private static final String[] NEVER = {
+        "java.lang.ClassLoader", "java.lang.Class.", "java.lang.invoke.", "java.lang.reflect.", "java.lang.Thread.",
+        "java.lang.Runtime", "java.lang.System.", "java.lang.ProcessBuilder", "java.util.concurrent.",
+        "java.util.ServiceLoader", "java.util.logging.", "java.util.zip.", "java.util.jar.",
+        "org.apache.spark.sql.catalyst.expressions.codegen.", "org.apache.spark.sql.catalyst.catalog.",
+        "org.apache.spark.sql.catalyst.analysis.", "org.apache.spark.sql.catalyst.expressions.CallMethodViaReflection",
+    };
+    private static final String RULE_EXECUTOR = "org.apache.spark.sql.catalyst.rules.RuleExecutor";
+    private static final String ANALYZER = "org.apache.spark.sql.catalyst.analysis.";
+    private static final String STATEMENT = "org.apache.spark.sql.hive.thriftserver.SparkExecuteStatementOperation";
+
+    // Each statement's thread (by job group), and each thread's latest statement, as AuthzCheck saw them.
+    private static final Map<String, Thread> THREADS = new ConcurrentHashMap<>();
+    private static final Map<Thread, String> LATEST = Collections.synchronizedMap(new WeakHashMap<>());
+    private static final Set<String> STOPPED = ConcurrentHashMap.newKeySet();
+    // Thread's interrupt status (one field since Java 14): HotSpot interrupts a thread it stops, and
+    // a Thrift handler thread (a synchronous statement's) goes on to its connection's next statement
+    // with the flag still set, which fails that statement's catalog reads and its wait for its job.
+    // Null when java.lang is not open to this code (Spark's launcher opens it): no thread is stopped.
+    private static final java.lang.reflect.Field INTERRUPT_STATUS = interruptStatus();
+
+    private static java.lang.reflect.Field interruptStatus() {
+        try {
+            java.lang.reflect.Field field = Thread.class.getDeclaredField("interrupted");
+            field.setAccessible(true);
+            return field;
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            LoggerFactory.getLogger(StatementDeadline.class).warn("statements planning past their deadline will"
+                + " not be stopped: Thread's interrupt status is not accessible ({})", e.toString());
+            return null;
+        }
+    }
     // A statement that never posts its close (a lost event) is forgotten this long after its deadline.
     private static final long FORGET_AFTER_MS = TimeUnit.HOURS.toMillis(1);
 
@@ -45,6 +111,8 @@ public final class StatementDeadline extends SparkListener {
     private final Map<String, String> reasons = new ConcurrentHashMap<>();
     private final Map<String, Long> deadlines = new ConcurrentHashMap<>();
     private final Map<Integer, ScheduledFuture<?>> timers = new ConcurrentHashMap<>();
+    // Statements whose execution ended (finished or failed): their thread is no longer theirs.
+    private final Set<String> ended = ConcurrentHashMap.newKeySet();
     private final ScheduledExecutorService clock = Executors.newSingleThreadScheduledExecutor(r -> {
         Thread t = new Thread(r, "tierlake-statement-deadline");
         t.setDaemon(true);
@@ -61,7 +129,15 @@ public final class StatementDeadline extends SparkListener {
     public static StatementDeadline install(SparkContext sc, long timeoutMs, String reason) {
         StatementDeadline deadline = new StatementDeadline(sc, timeoutMs, reason);
         sc.addSparkListener(deadline);
+        latest = deadline;
         return deadline;
+    }
+
+    private static volatile StatementDeadline latest;
+
+    /** The deadline installed last (null: none), to change its readers' bound (tests). */
+    public static StatementDeadline installed() {
+        return latest;
     }
 
     /** Readers' statements fail after {@code timeoutMs} (0: as everyone's) with {@code reason}. */
@@ -70,9 +146,99 @@ public final class StatementDeadline extends SparkListener {
         this.readerReason = reason;
     }
 
+    public long readerTimeoutMs() {
+        return readerTimeoutMs;
+    }
+
+    public String readerReason() {
+        return readerReason;
+    }
+
     /** Statements being watched (tests). */
     public int watched() {
         return deadlines.size();
+    }
+
+    /**
+     * The calling thread runs the statement of job group {@code group} (null: not a Thrift Server
+     * statement). Called by AuthzCheck's check rule, on the statement's thread, once its plan is
+     * analysed.
+     */
+    public static void noteThread(String group) {
+        if (group == null) return;
+        Thread thread = Thread.currentThread();
+        if (THREADS.size() > 10_000) THREADS.values().removeIf(t -> !t.isAlive());
+        THREADS.put(group, thread);
+        LATEST.put(thread, group);
+    }
+
+    /** Statements whose planning thread a deadline stopped (job groups; tests). */
+    public static boolean stopped(String group) {
+        return STOPPED.contains(group);
+    }
+
+    /**
+     * Whether a thread with this stack (innermost frame first) may be stopped: a statement's,
+     * in the optimizer (a rule executor that is not the analyser's), with only pure computation
+     * above it.
+     */
+    public static boolean stoppable(StackTraceElement[] frames) {
+        int rules = -1;
+        for (int i = 0; i < frames.length; i++) {
+            if (frames[i].getClassName().equals(RULE_EXECUTOR)) {
+                rules = i;
+                break;
+            }
+        }
+        if (rules < 0) return false;
+        boolean statement = false;
+        for (int i = rules; i < frames.length; i++) {
+            String cls = frames[i].getClassName();
+            if (cls.startsWith(ANALYZER)) return false;  // analysis: perhaps of the thread's next statement
+            if (cls.startsWith(STATEMENT)) statement = true;
+        }
+        if (!statement) return false;
+        for (int i = 0; i < rules; i++) {
+            String cls = frames[i].getClassName();
+            if ("<clinit>".equals(frames[i].getMethodName()) || frames[i].isNativeMethod()) return false;
+            boolean pure = false;
+            for (String prefix : STOPPABLE) pure |= cls.startsWith(prefix);
+            for (String prefix : NEVER) pure &= !cls.startsWith(prefix);
+            if (!pure) return false;
+        }
+        return true;
+    }
+
+    /** From the deadline of {@code group} on: stop its thread where it plans past it (see the class comment). */
+    private void reap(String group, long deadline) {
+        if (!deadlines.containsKey(group) || ended.contains(group)
+                || System.currentTimeMillis() > deadline + FORGET_AFTER_MS) {
+            return;
+        }
+        Thread thread = THREADS.get(group);
+        if (INTERRUPT_STATUS != null && thread != null && thread.isAlive() && group.equals(LATEST.get(thread))
+                && thread.getState() == Thread.State.RUNNABLE && stoppable(thread.getStackTrace())
+                && group.equals(LATEST.get(thread))) {
+            STOPPED.add(group);
+            if (STOPPED.size() > 10_000) STOPPED.clear();
+            LOG.warn("stopping the thread {} of statement {}: it is planning (in the optimizer, outside any"
+                + " Spark job) {}", thread.getName(), group, reasons.getOrDefault(group, reason));
+            try {
+                thread.stop();  // deprecated, still Java 17's; nothing else stops a computation that never yields
+            } catch (UnsupportedOperationException e) {  // Java 20 on
+                LOG.warn("cannot stop the thread {} of statement {} on this JVM: {}", thread.getName(), group,
+                    e.toString());
+                return;
+            }
+            try {
+                // The ThreadDeath is pending and needs no interrupt: the thread is computing, not waiting.
+                INTERRUPT_STATUS.setBoolean(thread, false);
+            } catch (IllegalAccessException e) {
+                LOG.warn("the stopped thread {} keeps its interrupt status: {}", thread.getName(), e.toString());
+            }
+            return;
+        }
+        clock.schedule(() -> reap(group, deadline), REAP_EVERY_MS, TimeUnit.MILLISECONDS);
     }
 
     @Override
@@ -82,7 +248,11 @@ public final class StatementDeadline extends SparkListener {
             long now = System.currentTimeMillis();
             deadlines.entrySet().removeIf(d -> {
                 boolean old = d.getValue() + FORGET_AFTER_MS < now;
-                if (old) reasons.remove(d.getKey());
+                if (old) {
+                    reasons.remove(d.getKey());
+                    ended.remove(d.getKey());
+                    THREADS.remove(d.getKey());
+                }
                 return old;
             });
             long limit = timeoutMs;
@@ -94,13 +264,22 @@ public final class StatementDeadline extends SparkListener {
                 why = readerReason;
             }
             if (limit > 0) {
-                deadlines.put(start.groupId(), start.startTime() + limit);
-                reasons.put(start.groupId(), why);
+                String group = start.groupId();
+                long deadline = start.startTime() + limit;
+                deadlines.put(group, deadline);
+                reasons.put(group, why);
+                clock.schedule(() -> reap(group, deadline), Math.max(0, deadline - now), TimeUnit.MILLISECONDS);
             }
+        } else if (event instanceof SparkListenerThriftServerOperationFinish) {
+            ended.add(((SparkListenerThriftServerOperationFinish) event).id());
+        } else if (event instanceof SparkListenerThriftServerOperationError) {
+            ended.add(((SparkListenerThriftServerOperationError) event).id());
         } else if (event instanceof SparkListenerThriftServerOperationClosed) {
             String id = ((SparkListenerThriftServerOperationClosed) event).id();
             deadlines.remove(id);
             reasons.remove(id);
+            ended.remove(id);
+            THREADS.remove(id);
         }
     }
 

@@ -58,3 +58,14 @@ def test_a_refusal_on_the_resolved_plan_is_a_permission_error():
     assert readable(relayed, None, 0) == (
         "permission denied: a write into the lake table spark_catalog.db_lake.t (lake tables are written by "
         "tiering only) needs the admin role (decided on Spark's resolved plan)", "42501", 2008)
+
+
+def test_a_statement_its_deadline_stopped_says_so():
+    # StatementDeadline.java stops a statement that plans past its deadline (Thread.stop): Spark's words.
+    relayed = ("org.apache.hive.service.cli.HiveSQLException: Error running query: java.lang.ThreadDeath\n"
+               "\tat org.apache.spark.sql.hive.thriftserver.HiveThriftServerErrors$.runningQueryError(x)")
+    message, state, code = readable(relayed, None, 0)
+    assert message.startswith("statement stopped: it ran longer than its time limit")
+    assert "tierlake.query.reader-timeout" in message and (state, code) == ("57014", 0)
+    assert readable("Error running query: java.lang.ThreadDeath", None, 0)[1] == "57014"
+    assert readable("Error running query: java.lang.RuntimeException: java.lang.ThreadDeath", None, 0) is None
