@@ -244,7 +244,8 @@ class Server:
         reads = SysReads(CallHandler(self.registry, self.context, self.config.int(MAX_CALL_SIZE)), lambda: self.spark,
                          lambda: ("127.0.0.1", self.thrift_port, self.internal_secret),
                          max_age_s=self.config.duration("tierlake.gateway.status-cache.max-age").total_seconds(),
-                         enabled=self.config.flag("tierlake.gateway.status-cache"))
+                         enabled=self.config.flag("tierlake.gateway.status-cache"),
+                         sessions=lambda: self.gateway.authorizer.sessions if self.gateway else None)
         return IngestHandler(reads, lambda: self.gateway.authorizer.sessions if self.gateway else None,
                              StreamWriter(), RequestKeys.load(self.config.home))
 

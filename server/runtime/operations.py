@@ -23,8 +23,9 @@ _current = threading.local()
 class OperationControl:
     """Cancellation of one running statement; safe to use from any thread."""
 
-    def __init__(self, description: str = ""):
+    def __init__(self, description: str = "", timeout_s: int = 0):
         self.description = description
+        self.timeout_s = timeout_s  # the client's own time limit of the statement (queryTimeout; 0: none)
         self._cancelled = threading.Event()
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[], None]] = []

@@ -246,6 +246,8 @@ class Authorizer:
             spark_role = next((r for r in (R.ADMIN, R.WRITER) if R.allows(held, r)), R.READER)
             self.sessions.bind_role(getattr(session, "session_guid", None), getattr(session, "secret", None),
                                     spark_role, user)
+            if hasattr(session, "role"):
+                session.role = spark_role  # the gateway's own Spark sessions for it run as this role too
         need = self.requirement(statement, session)
         if need.role is planauth.NOBODY:
             log.warning("denied %s to user %r", need.what, user)

@@ -25,6 +25,15 @@ same text, as long as that state has not changed since:
   its rows (re-encoded with the Thrift column kinds Spark used), so rows and
   column types are identical by construction. Concurrent misses of one text
   wait for one Spark query.
+- **As whom.** That session logs in as the client's user and is bound to the
+  client's role (the one its own session was bound to, AuthzCheck.java), so a
+  miss runs like any statement of that client: Spark's check of the resolved
+  plan as that role (a reader's non-literal regular expression is refused), the
+  role's statement timeout (``tierlake.query.reader-timeout``,
+  StatementDeadline.java: jobs cancelled, planning stopped) and the client's
+  own per-statement timeout. Answers are kept per role: a reader is answered
+  only what a reader's run of the text produced (and was allowed to). Sessions
+  are pooled per user and role.
 - **How fresh.** Each entry records the process's ``sys`` state version
   (:mod:`server.state.state_version`) it was computed at; the version is
   bumped after every commit to a ``sys`` table in this process (the
@@ -54,10 +63,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from tierlake import sql
-from tierlake.server.exceptions import SparkSqlError
+from tierlake.server.exceptions import PermissionDeniedError, SparkSqlError
 from tierlake.server.gateway.auth import planauth
 from tierlake.server.gateway.transport.backend_client import BackendClient
 from tierlake.server.gateway.transport.protocol import LocalResult, SessionInfo
+from tierlake.server.runtime import operations
 from tierlake.server.state import state_version
 
 log = logging.getLogger("tierlake.gateway")
@@ -250,23 +260,26 @@ class SysReads:
     """A statement handler in front of ``inner`` (the CALL handler) that
     answers cacheable ``sys`` reads; see the module docstring."""
 
+    POOL = 8  # idle gateway-owned Spark sessions kept, over all users
+
     def __init__(self, inner: Any, spark: Callable[[], Any], backend: Callable[[], tuple[str, int, str | None]],
                  max_age_s: float = 10.0, enabled: bool = True, max_entries: int = 256,
-                 max_rows: int = 100_000):
+                 max_rows: int = 100_000, sessions: Callable[[], Any] | None = None):
         self.inner = inner
         self._spark = spark
         self._backend = backend
+        self._sessions = sessions  # the authoriser's SparkSessions: binds a backend session to a role
         self.max_age_s = max_age_s
         self.enabled = enabled
         self.max_entries = max_entries
         self.max_rows = max_rows
         self._verdicts: OrderedDict[str, Verdict] = OrderedDict()
-        self._entries: OrderedDict[str, _Entry] = OrderedDict()
-        self._filling: dict[str, threading.Lock] = {}
+        self._entries: OrderedDict[tuple[str | None, str], _Entry] = OrderedDict()  # (role, text)
+        self._filling: dict[tuple[str | None, str], threading.Lock] = {}
         self._lock = threading.Lock()
         self._builtins: frozenset[str] | None = None
         self._views: dict[str, bool] | None = None
-        self._pool: list[Any] = []
+        self._pool: list[tuple[tuple[str | None, str | None], Any]] = []  # ((user, role), client), oldest first
         self.settings_sessions: set[bytes] = set()
         self.hits = 0
         self.misses = 0
@@ -312,7 +325,7 @@ class SysReads:
     def execute(self, statement: str, session: SessionInfo) -> LocalResult:
         if self.inner.wants(statement):
             return self.inner.execute(statement, session)
-        return self.read(statement)
+        return self.read(statement, session)
 
     def session_closed(self, guid: bytes) -> None:
         self.settings_sessions.discard(guid)
@@ -383,71 +396,95 @@ class SysReads:
                  ", ".join(sorted(n for n, ok in views.items() if not ok)) or "none")
 
     # -- the cache --------------------------------------------------------------
-    def _fresh(self, statement: str, version: int) -> CachedResult | None:
+    def _fresh(self, key: tuple[str | None, str], version: int) -> CachedResult | None:
         with self._lock:
-            entry = self._entries.get(statement)
+            entry = self._entries.get(key)
             if entry is None:
                 return None
             if entry.version != version or time.monotonic() - entry.created > self.max_age_s:
                 return None
-            self._entries.move_to_end(statement)
+            self._entries.move_to_end(key)
             return entry.result
 
-    def read(self, statement: str) -> CachedResult:
-        """The result of ``statement``: from the cache when the sys state is
-        unchanged since it was computed, else from Spark (one query per text)."""
+    def read(self, statement: str, session: SessionInfo | None = None) -> CachedResult:
+        """The result of ``statement`` for ``session``'s role: from the cache when the sys state is
+        unchanged since a run as that role computed it, else from Spark (one query per text and role),
+        run as the session's user and role."""
         if time.monotonic() < self._uncached_until:
             self.misses += 1
-            return self._run(statement)  # a relayed write of sys may still be running
-        result = self._fresh(statement, state_version.current())
+            return self._run(statement, session)  # a relayed write of sys may still be running
+        key = (getattr(session, "role", None), statement)
+        result = self._fresh(key, state_version.current())
         if result is not None:
             self.hits += 1
             return result
         with self._lock:
-            gate = self._filling.setdefault(statement, threading.Lock())
+            gate = self._filling.setdefault(key, threading.Lock())
         with gate:
             version = state_version.current()  # before the query: a later commit makes it stale
             started = time.monotonic()
-            result = self._fresh(statement, version)
+            result = self._fresh(key, version)
             if result is not None:
                 self.hits += 1
                 return result
             self.misses += 1
-            result = self._run(statement)
+            result = self._run(statement, session)
             if len(result.rows) <= self.max_rows:
                 with self._lock:
-                    self._entries[statement] = _Entry(version, started, result)
-                    self._entries.move_to_end(statement)
+                    self._entries[key] = _Entry(version, started, result)
+                    self._entries.move_to_end(key)
                     while len(self._entries) > self.max_entries:
                         self._entries.popitem(last=False)
             return result
 
-    def _run(self, statement: str) -> CachedResult:
+    def _run(self, statement: str, session: SessionInfo | None = None) -> CachedResult:
+        """Run ``statement`` on a gateway-owned Spark session as ``session``'s user and role."""
+        role = getattr(session, "role", None)
+        user = getattr(session, "user", None) if role is not None else None
+        who = (user, role)
         with self._lock:
-            client = self._pool.pop() if self._pool else None
+            found = next((i for i in range(len(self._pool) - 1, -1, -1) if self._pool[i][0] == who), None)
+            client = self._pool.pop(found)[1] if found is not None else None
         if client is None:
             host, port, secret = self._backend()
-            client = BackendClient(host, port, secret)
+            client = BackendClient(host, port, secret, user=user)
+            if role is not None:
+                try:
+                    self._bind(client, role, user)
+                except Exception:
+                    client.close()
+                    raise
+        control = operations.current()
         try:
-            schema, columns, rows = client.run(statement)
+            schema, columns, rows = client.run(statement, control.timeout_s if control is not None else 0)
         except SparkSqlError:
-            self._release(client)
+            self._release(who, client)
             raise
         except Exception:
             client.close()
             raise
-        self._release(client)
+        self._release(who, client)
         return CachedResult(columns, rows, schema)
 
-    def _release(self, client: Any) -> None:
+    def _bind(self, client: BackendClient, role: str, user: str | None) -> None:
+        """Have Spark check what ``client``'s session runs as ``role`` (``user``'s), as the client's own."""
+        sessions = self._sessions() if self._sessions is not None else None
+        if sessions is None:
+            raise PermissionDeniedError("permission denied: the statement could not be checked "
+                                        "(the gateway cannot bind its Spark session to a role)")
+        handle = client.session.sessionId
+        sessions.bind_role(handle.guid, handle.secret, role, user)
+
+    def _release(self, who: tuple[str | None, str | None], client: Any) -> None:
         with self._lock:
-            if len(self._pool) < 4:
-                self._pool.append(client)
+            self._pool.append((who, client))
+            if len(self._pool) <= self.POOL:
                 return
+            _, client = self._pool.pop(0)  # the least recently used
         client.close()
 
     def close(self) -> None:
         with self._lock:
             pool, self._pool = self._pool, []
-        for client in pool:
+        for _, client in pool:
             client.close()

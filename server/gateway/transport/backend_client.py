@@ -4,7 +4,9 @@ as the status-read cache (:mod:`server.gateway.routing.sys_reads`) keeps them.
 
 It connects the way the gateway's own backend link does
 (:func:`server.gateway.transport.upstream.connect_upstream`): SASL PLAIN with this
-process's secret, the only login the internal server accepts."""
+process's secret, the only login the internal server accepts, as the client's
+user (so Spark's statement deadline applies that user's bound, StatementDeadline.java)
+or, for no client in particular, as ``tierlake-gateway``."""
 
 from __future__ import annotations
 
@@ -59,18 +61,21 @@ class BackendClient:
 
     USER = "tierlake-gateway"
 
-    def __init__(self, host: str, port: int, secret: str | None = None, timeout_s: float = 600.0):
-        self.transport = connect_upstream(host, port, self.USER, secret, timeout_s, 256 << 20)
+    def __init__(self, host: str, port: int, secret: str | None = None, timeout_s: float = 600.0,
+                 user: str | None = None):
+        self.user = user or self.USER
+        self.transport = connect_upstream(host, port, self.user, secret, timeout_s, 256 << 20)
         self.client = TCLIService.Client(TBinaryProtocol.TBinaryProtocol(self.transport))
         response = self.client.OpenSession(ttypes.TOpenSessionReq(
-            client_protocol=PROTOCOL, username=self.USER, configuration={}))
+            client_protocol=PROTOCOL, username=self.user, configuration={}))
         _check(response.status)
         self.session = response.sessionHandle
 
-    def run(self, statement: str) -> tuple[Any, list[tuple[str, str]], list[tuple]]:
-        """(TTableSchema as Spark sent it, [(name, kind)], rows)."""
+    def run(self, statement: str, timeout_s: int = 0) -> tuple[Any, list[tuple[str, str]], list[tuple]]:
+        """(TTableSchema as Spark sent it, [(name, kind)], rows); ``timeout_s``: the statement's
+        own time limit, as a client's queryTimeout (0: the server's)."""
         response = self.client.ExecuteStatement(ttypes.TExecuteStatementReq(
-            sessionHandle=self.session, statement=statement, runAsync=False))
+            sessionHandle=self.session, statement=statement, runAsync=False, queryTimeout=timeout_s or None))
         _check(response.status)
         handle = response.operationHandle
         try:

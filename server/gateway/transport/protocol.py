@@ -61,7 +61,10 @@ class SessionInfo:
     JDBC 2.3 gets 9 = V10); ``client_address`` is ``"host:port"``;
     ``database`` the session's current database (OpenSession's
     ``use:database``, then Spark's session's at each authorised statement),
-    ``None`` = default.
+    ``None`` = default. ``role``: the role the authoriser bound the session's
+    Spark session to (admin, writer or reader), which statements the gateway
+    answers through Spark on its own sessions run as too; ``None`` in
+    development mode.
     """
 
     user: str | None
@@ -71,6 +74,7 @@ class SessionInfo:
     database: str | None = None  # current database, Spark's, at the last checked statement
     settings: tuple[str, ...] = ()  # the ``set:…`` keys OpenSession carried (hiveconf, system)
     secret: bytes | None = None  # the session handle's secret (finds Spark's session)
+    role: str | None = None  # the role Spark checks the session as (AuthzCheck), once bound; None: not bound
 
 
 @runtime_checkable

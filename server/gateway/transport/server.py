@@ -448,7 +448,8 @@ class _Connection:
                 return self._error_reply(msg, error.message, error.sqlstate, error.error_code)
             self._track_relayed(msg, reply_msg)
             if (msg.name in _READABLE_ERRORS and reply_msg.mtype == TMessageType.REPLY
-                    and (b"[" in reply_msg.data or b"SecurityException" in reply_msg.data)):
+                    and (b"[" in reply_msg.data or b"SecurityException" in reply_msg.data
+                         or b"java.lang.ThreadDeath" in reply_msg.data)):
                 return self._readable_error(msg, reply_msg)
         return reply_msg.data if reply_msg is not None else None
 
@@ -681,13 +682,14 @@ class _Connection:
             except TierlakeError as exc:
                 metrics.statement("local", "denied")
                 return self._error_reply(msg, exc.message, exc.sqlstate, exc.error_code)
-        return self._reply(msg, self._run_local(statement, session, bool(request.runAsync)))
+        return self._reply(msg, self._run_local(statement, session, bool(request.runAsync),
+                                                int(request.queryTimeout or 0)))
 
     def _run_local(self, statement: str, session: SessionInfo,
-                   run_async: bool = False) -> ttypes.TExecuteStatementResp:
+                   run_async: bool = False, timeout_s: int = 0) -> ttypes.TExecuteStatementResp:
         guid, secret = uuid.uuid4().bytes, uuid.uuid4().bytes
         op = _LocalOperation(guid, session.session_guid, session.protocol_version, _now_ms(),
-                             OperationControl(f"{statement[:80]!r} from {self.address}"),
+                             OperationControl(f"{statement[:80]!r} from {self.address}", max(0, timeout_s)),
                              threading.Event(), secret=secret)
         if run_async:
             self.operations[guid] = op

@@ -76,7 +76,7 @@ class _Reads(SysReads):
     def _parse_json(self, text):
         return PLANS.get(text)
 
-    def _run(self, statement):
+    def _run(self, statement, session=None):
         self.runs += 1
         return CachedResult([("n", "bigint")], [(self.runs,)], None)
 
@@ -132,3 +132,15 @@ def test_calls_stay_with_the_inner_handler():
     reads = _Reads()
     assert reads.wants_for("CALL sys.version()", SESSION) and reads.wants("CALL sys.version()")
     assert isinstance(reads.read(Q), LocalResult)
+
+
+def test_answers_are_kept_per_role():
+    # A reader is served only what a reader's run produced (Spark checked it as a reader's, with its timeout).
+    reads = _Reads(max_age_s=60)
+    admin = SessionInfo("ann", b"a" * 16, 9, "127.0.0.1:1", role="admin")
+    reader = SessionInfo("rita", b"r" * 16, 9, "127.0.0.1:1", role="reader")
+    other_reader = SessionInfo("rob", b"o" * 16, 9, "127.0.0.1:1", role="reader")
+    assert reads.read(Q, admin).rows == [(1,)] and reads.read(Q, admin).rows == [(1,)]
+    assert reads.read(Q, reader).rows == [(2,)]
+    assert reads.read(Q, other_reader).rows == [(2,)]
+    assert reads.runs == 2
