@@ -48,7 +48,8 @@ from tierlake.server.catalog.tiered_tables import (
     lake_path,
     stream_properties,
 )
-from tierlake.server.changelog import fresh_view
+from tierlake.server.changelog import fresh_view, lake_write
+from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.coordinator.registration import (
     follow_table_change,
     iceberg_properties,
@@ -89,7 +90,12 @@ class TableChange:
     renamed_to: TablePath | None  # None: DROP TABLE
 
 
-Command = TieredCreate | TieringAlter | TableChange
+@dataclass(frozen=True)
+class ColumnChange:
+    table: TablePath  # ALTER TABLE … ADD/DROP/RENAME/ALTER/REPLACE COLUMN(S) of a table with a fresh view
+
+
+Command = TieredCreate | TieringAlter | TableChange | ColumnChange
 
 
 @dataclass(frozen=True)
@@ -193,6 +199,8 @@ def run(ctx: Context, command: Command, statement: str, user: str | None = None)
         return alter(ctx, command, statement, user)
     if isinstance(command, TableChange):
         return change(ctx, command, statement)
+    if isinstance(command, ColumnChange):
+        return change_columns(ctx, command, statement)
     raise TypeError(f"not a tiered DDL command: {command!r}")
 
 
@@ -334,4 +342,29 @@ def change(ctx: Context, change: TableChange, statement: str) -> DdlResult:
     steps.run(f"create the fresh view {made}", lambda: fresh_view.create(spark, config, target, lake),
               undo=(f"fresh view {made} dropped", lambda: fresh_view.drop_view(spark, made)), partial=True)
     steps.run("move the registration", lambda: follow_table_change(ctx, table, target))
+    return DdlResult(NO_COLUMNS, [])
+
+
+def change_columns(ctx: Context, change: ColumnChange, statement: str) -> DdlResult:
+    """Run ``statement`` (a column change of a table with a fresh view), then carry it to the lake
+    table and re-pin the view before answering. The view names the stream's columns and shows the
+    lake's names: after a DROP or RENAME COLUMN it failed with an internal error ("Unresolved
+    attributes found when constructing LocalRelation", or an internal alias that "cannot be
+    resolved"), and after a RENAME showed the old name, until the next round synced the lake and
+    re-pinned it (docs/tiering.md, "Schema changes": the round still syncs, a no-op then).
+
+    An ALTER cannot be undone once it ran: a sync or re-pin that fails (a round committing to the
+    lake at that moment) is logged and left to the next round (the stream moved, so even an idle
+    table gets one), and the ALTER is still answered."""
+    spark, config, table = ctx.spark, ctx.config, change.table
+    Steps(f"ALTER TABLE {table}").run("change the columns", lambda: spark.sql(statement))
+    try:
+        props = {str(k): str(v) for k, v in dict(iceberg_table(spark, table.quoted).properties()).items()}
+        if str(props.get(ENABLED, "")).lower() == "true":
+            lake = lake_of(config, table, props)
+            lake_write.sync_lake_schema(TableHandle(spark, table, lake))
+            fresh_view.repin_if_schema_changed(spark, table, lake)
+    except Exception:  # the next round does it
+        log.warning("the lake and fresh view of %s were not brought up to its new columns; its next round will",
+                    table, exc_info=True)
     return DdlResult(NO_COLUMNS, [])

@@ -17,10 +17,12 @@ from __future__ import annotations
 from typing import Any
 
 from tierlake.server.catalog.table_path import TablePath
-from tierlake.server.tiering.ddl import TableChange
+from tierlake.server.tiering.ddl import ColumnChange, TableChange
 
 SESSION_CATALOG = "spark_catalog"
 DROP, RENAME = "DropTable", "RenameTable"  # Spark's plan classes
+# ALTER TABLE … ADD/DROP/RENAME/ALTER/REPLACE COLUMN(S): the fresh view names the stream's columns.
+COLUMN_ROOTS = frozenset({"AddColumns", "DropColumns", "RenameColumn", "AlterColumn", "ReplaceColumns"})
 
 
 def _path(parts: list[str]) -> TablePath | None:
@@ -83,6 +85,30 @@ def spark_table_change(jsession: Any, statement: str) -> TableChange | None:
             return None
         return table_change(root, _parts(child.multipartIdentifier()), _parts(plan.newName()))
     return None
+
+
+def may_change_columns(statement: str) -> bool:
+    """A cheap superset of the statements :func:`spark_column_change` takes."""
+    lowered = statement.lower()
+    return "alter" in lowered and "column" in lowered
+
+
+def spark_column_change(jsession: Any, statement: str) -> ColumnChange | None:
+    """The table whose columns ``statement`` changes, on ``jsession``'s parse; None for anything else,
+    an unqualified name, or a statement that does not parse."""
+    if not may_change_columns(statement):
+        return None
+    try:
+        plan = spark_parse(jsession, statement)
+    except Exception:  # noqa: BLE001 - Spark answers with its own parse error when the statement is relayed
+        return None
+    if str(plan.getClass().getSimpleName()) not in COLUMN_ROOTS:
+        return None
+    child = plan.table()
+    if str(child.getClass().getSimpleName()) != "UnresolvedTable":
+        return None
+    path = _path(_parts(child.multipartIdentifier()))
+    return None if path is None else ColumnChange(path)
 
 
 def spark_root(jsession: Any, statement: str) -> str | None:

@@ -17,7 +17,14 @@ from tierlake.server.exceptions import (
 from tierlake.server.gateway.auth import planauth
 from tierlake.server.gateway.auth.callparse import call_head, is_sys_call, parse_call
 from tierlake.server.gateway.routing.ddl import may_be_tiering_ddl, parse_tiered_create, parse_tiering_alter
-from tierlake.server.gateway.routing.fresh_ddl import may_change_table, spark_root, spark_table_change
+from tierlake.server.gateway.routing.fresh_ddl import (
+    COLUMN_ROOTS,
+    may_change_columns,
+    may_change_table,
+    spark_column_change,
+    spark_root,
+    spark_table_change,
+)
 from tierlake.server.gateway.transport.protocol import LocalResult, SessionInfo
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.sqlapi.registry import Registry
@@ -59,7 +66,7 @@ def spark_error(e: Exception) -> TierlakeError:
 CREATE_ROOTS = frozenset({"CreateTable", "CreateTableAsSelect", "ReplaceTable", "ReplaceTableAsSelect"})
 ALTER_ROOTS = frozenset({"SetTableProperties"})
 TABLE_CHANGE_ROOTS = frozenset({"DropTable", "RenameTable"})
-DDL_ROOTS = CREATE_ROOTS | ALTER_ROOTS | TABLE_CHANGE_ROOTS
+DDL_ROOTS = CREATE_ROOTS | ALTER_ROOTS | TABLE_CHANGE_ROOTS | COLUMN_ROOTS
 
 
 def parse_tiered_create_safe(statement: str):
@@ -83,8 +90,8 @@ class CallHandler:
         return is_sys_call(statement) or self.runs_ddl(statement)
 
     def runs_ddl(self, statement: str) -> bool:
-        """A tiered CREATE, a tiering ALTER, or a DROP/RENAME of a table with
-        a fresh view: DDL the gateway runs itself (admin only, whatever the
+        """A tiered CREATE, a tiering ALTER, a DROP/RENAME or a column change of a
+        table with a fresh view: DDL the gateway runs itself (admin only, whatever the
         statement's parse, see transport/server.py)."""
         return self._ddl(statement) is not None
 
@@ -106,7 +113,7 @@ class CallHandler:
         if authorised is not None:
             if authorised.root.name not in DDL_ROOTS:
                 return None
-        elif not (may_be_tiering_ddl(statement) or may_change_table(statement)):
+        elif not (may_be_tiering_ddl(statement) or may_change_table(statement) or may_change_columns(statement)):
             # No parse yet (development mode, or another thread): substring tests spare the rest a parse.
             return None
         root = self._spark_root(statement)
@@ -116,6 +123,8 @@ class CallHandler:
             return "alter" if parse_tiering_alter(statement) is not None else None
         if root in TABLE_CHANGE_ROOTS:
             return self._fresh_view_change(statement)
+        if root in COLUMN_ROOTS:
+            return self._column_change(statement)
         return None
 
     def _jsession(self):
@@ -127,6 +136,13 @@ class CallHandler:
     def _fresh_view_change(self, statement: str):
         """DROP/RENAME of a tiered table or one with a fresh view (server/gateway/routing/fresh_ddl.py)."""
         change = spark_table_change(self._jsession(), statement)
+        if change is None or not tiered_ddl.has_fresh_view(self.context_factory(None).spark, change.table):
+            return None
+        return change
+
+    def _column_change(self, statement: str):
+        """A column change of a tiered table or one with a fresh view: its view is re-pinned with it."""
+        change = spark_column_change(self._jsession(), statement)
         if change is None or not tiered_ddl.has_fresh_view(self.context_factory(None).spark, change.table):
             return None
         return change
