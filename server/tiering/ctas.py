@@ -52,6 +52,7 @@ from tierlake.server.coordinator.registration import (
 from tierlake.server.coordinator.state_machine import Status
 from tierlake.server.exceptions import (
     InvalidArgumentError,
+    NullKeyError,
     OperationCancelledError,
     SparkSqlError,
     SqlSyntaxError,
@@ -289,7 +290,17 @@ class TwoPhaseCreate:
         writer = frame.writeTo(self.staged_stream.quoted)
         if self.request_key is not None:
             writer = writer.option(f"snapshot-property.{P.WRITE_REQUEST_ID}", self.request_key)
-        writer.append()
+        try:
+            writer.append()
+        except Exception as e:
+            # The stream table's key columns are NOT NULL: Spark's write check stops the job with a
+            # NullPointerException deep in a task, which reached the client as XX000 with a Java stack.
+            if self.spec.is_primary_key and "Null value appeared in non-nullable field" in str(e):
+                raise NullKeyError(
+                    f"CREATE TABLE {self.target} AS SELECT refused: the query yields a NULL in the key column(s) "
+                    f"{', '.join(self.spec.primary_key)}; key columns must not be NULL (filter the rows or "
+                    "coalesce the keys). Nothing was created") from None
+            raise
         faults.point("ctas-after-write")
         head = iceberg_table(self.spark, self.staged_stream.quoted).currentSnapshot()
         self.rows = 0 if head is None else int(dict(head.summary()).get("added-records", 0))

@@ -438,3 +438,23 @@ def test_beeline_ctas_is_polled_to_the_end_and_a_failing_one_reports_the_error(s
     assert f"{db}.bl,{db}_lake.bl" in out, out[-3000:]
     assert "row 1000 is poisoned" in out
     assert spark.table(f"{db}_lake.bl").count() == 20 and not spark.catalog.tableExists(f"{db}.bad")
+
+
+@integration
+@pytest.mark.parametrize("form", ["create", "call"])
+def test_a_ctas_whose_query_yields_a_null_key_is_refused_readably_and_leaves_nothing(server, spark, db, form):
+    before = catalog_state(spark, db)
+    cur = connect(server)
+    query = "SELECT CAST(IF(id = 3, NULL, id) AS BIGINT) AS id, id * 2 AS v FROM range(5)"
+    statement = (f"CREATE TABLE {db}.n TBLPROPERTIES ('table.datalake.enabled'='true', 'primary-key'='id') "
+                 f"AS {query}" if form == "create" else
+                 f"CALL sys.create_table_as('{db}.n', '{query}', map('primary-key', 'id'))")
+    with pytest.raises(exc.OperationalError) as raised:
+        cur.execute(statement)
+    status = raised.value.args[0].status
+    assert status.sqlState == "23502", status
+    assert status.errorMessage.endswith(
+        f"CREATE TABLE {db}.n AS SELECT refused: the query yields a NULL in the key column(s) id; key columns "
+        "must not be NULL (filter the rows or coalesce the keys). Nothing was created"), status.errorMessage
+    assert "java" not in status.errorMessage.lower()
+    assert catalog_state(spark, db) == before
