@@ -69,6 +69,9 @@ VIEW_PREFIX = "__tierlake_validate"
 KV_FILE = "tierlake:kv-snapshot"
 OTHER_COMMITS_SHOWN = 5  # the oldest lake commits tiering did not make, named when the lake differs
 MAX_WALK = 10_000  # snapshots of main's history looked at for them
+# Summary keys of a snapshot that changed rows; one with none of them (the empty root snapshot Iceberg gives a
+# branch made on a table without snapshots, where a first round starts) changed nothing.
+_CHANGED_FILES = ("added-data-files", "deleted-data-files", "added-delete-files", "removed-delete-files")
 
 
 @dataclass(frozen=True)
@@ -204,17 +207,18 @@ def _kv_rows(spark: Any, stream_table: Any, base: KvBase, columns: list[Carried]
 
 
 def other_commits(lake_table: Any, snapshot_id: int | None) -> tuple[list[dict[str, Any]], int]:
-    """The commits in ``main``'s history up to ``snapshot_id`` that neither a round (its summary records
-    ``tiering.source-position``) nor managed maintenance (``tierlake.maintenance``) made: the oldest
-    :data:`OTHER_COMMITS_SHOWN` (``snapshot_id``, ``parent_id``, ``operation``) and how many. Metadata only;
-    rolling ``main`` back to the oldest one's parent undoes them (docs/security.md)."""
+    """The commits in ``main``'s history up to ``snapshot_id`` that changed files and that neither a round
+    (its summary records ``tiering.source-position``) nor managed maintenance (``tierlake.maintenance``) made:
+    the oldest :data:`OTHER_COMMITS_SHOWN` (``snapshot_id``, ``parent_id``, ``operation``) and how many.
+    Metadata only; rolling ``main`` back to the oldest one's parent undoes them (docs/security.md)."""
     found: list[dict[str, Any]] = []
     snapshot = None if snapshot_id is None else lake_table.snapshot(snapshot_id)
     walked = 0
     while snapshot is not None and walked < MAX_WALK:
         props = summary(snapshot)
         parent = snapshot.parentId()
-        if SOURCE_POSITION not in props and MAINTENANCE not in props:
+        changed = any(int(props.get(k) or 0) for k in _CHANGED_FILES)
+        if changed and SOURCE_POSITION not in props and MAINTENANCE not in props:
             found.append({"snapshot_id": int(snapshot.snapshotId()),
                           "parent_id": None if parent is None else int(parent),
                           "operation": str(snapshot.operation())})
