@@ -182,7 +182,7 @@ def test_data_quality(cur):
     between = results.pop("expect_column_values_to_be_between")
     assert between[2] is False and between[4] == 1 and '"id": 2' in between[5], between
     assert set(results) == {"expect_column_values_to_not_be_null", "expect_column_values_to_be_unique",
-                            "tierlake_lake_position_at_most"}
+                            "tierlake_lake_position_at_most", "tierlake_lake_equals_stream"}
     assert all(r[2] for r in results.values()), results
 
 
