@@ -44,9 +44,9 @@ def main() -> None:
 
     status = dataset("lake_tiering_status")
     lag_now = dataset("lake_tiering_lag")
-    rounds = dataset("tiering_rounds")
+    failures = dataset("tiering_failures", dashboard.FAILURES_DATASET_SQL)
     round_lag = dataset("tiering_round_lag", LAG_SQL)
-    quality = dataset("lake_data_quality")
+    quality = dataset("data_quality_by_table", dashboard.QUALITY_DATASET_SQL)
 
     def chart(name: str, ds: int, viz: str, query: dict, width: int, height: int, **params) -> tuple:
         form = {"datasource": f"{ds}__table", "viz_type": viz, **params}
@@ -65,7 +65,6 @@ def main() -> None:
                      row_limit=limit, order_by_cols=[json.dumps([order, False])] if order else [],
                      adhoc_filters=list(filters))
 
-    not_finished = ["finished", "force_finished"]
     lag_metric = {"expressionType": "SIMPLE", "column": {"column_name": "lag_seconds"},
                   "aggregate": "MAX", "label": "lag_seconds"}
     charts = [
@@ -81,14 +80,13 @@ def main() -> None:
               adhoc_filters=[{"clause": "WHERE", "subject": "ended_at", "operator": "TEMPORAL_RANGE",
                               "comparator": "No filter", "expressionType": "SIMPLE"}],
               row_limit=10000, markerEnabled=True, show_legend=True),
-        table("Failed rounds", rounds, ["database_name", "table_name", "ended_at", "outcome", "error"], 6, 30,
-              order="ended_at", limit=100,
-              filters=[{"clause": "WHERE", "subject": "outcome", "operator": "NOT IN",
-                        "comparator": not_finished, "expressionType": "SIMPLE"}],
-              simple_filters=[{"col": "outcome", "op": "NOT IN", "val": not_finished}]),
+        # One row per tiered table (0 failed rounds, "never validated"), never "No results were returned".
+        table("Failed rounds", failures,
+              ["database_name", "table_name", "failed_rounds", "last_failed_at", "last_error"], 6, 30,
+              order="failed_rounds", limit=1000),
         table("Data quality", quality,
-              ["database_name", "table_name", "run_time", "expectation", "success", "unexpected_count"], 6, 30,
-              order="run_time", limit=200),
+              ["database_name", "table_name", "result", "last_run", "expectations", "failed_expectations",
+               "failing"], 6, 30, order="failed_expectations", limit=1000),
     ]
     info = {cid: api.call("GET", f"/api/v1/chart/{cid}")["result"] for cid, _, _ in charts}
     position = dashboard.grid([(cid, str(info[cid]["uuid"]), width, height, info[cid]["slice_name"])

@@ -49,6 +49,39 @@ LAG_DATASET_SQL = """SELECT concat(database_name, '.', table_name) AS table_path
 FROM sys.tiering_rounds
 WHERE ended_at IS NOT NULL"""
 
+# The "Failed rounds" chart's dataset: one row per tiered table, with how many
+# of its rounds did not finish (0 when all is well: the chart shows every table,
+# never "No results"), when the last of them ended and its error.
+FAILURES_DATASET_SQL = """SELECT s.database_name,
+       s.table_name,
+       count(r.outcome) AS failed_rounds,
+       max(r.ended_at) AS last_failed_at,
+       max_by(r.error, r.ended_at) AS last_error
+FROM sys.lake_tiering_status s
+LEFT JOIN sys.tiering_rounds r
+  ON r.database_name = s.database_name AND r.table_name = s.table_name
+ AND r.outcome NOT IN ('finished', 'force_finished')
+GROUP BY s.database_name, s.table_name"""
+
+# The "Data quality" chart's dataset: one row per tiered table with its latest
+# validation run (sys.validate, or a round's quality gate): passed, failed (and
+# which expectations) or never validated.
+QUALITY_DATASET_SQL = """SELECT s.database_name,
+       s.table_name,
+       CASE WHEN max(q.run_time) IS NULL THEN 'never validated'
+            WHEN count_if(NOT q.success) = 0 THEN 'passed'
+            ELSE 'failed' END AS result,
+       max(q.run_time) AS last_run,
+       count(q.expectation) AS expectations,
+       count_if(NOT q.success) AS failed_expectations,
+       concat_ws(', ', collect_list(CASE WHEN NOT q.success THEN q.expectation END)) AS failing
+FROM sys.lake_tiering_status s
+LEFT JOIN (SELECT *, dense_rank() OVER (PARTITION BY database_name, table_name
+                                        ORDER BY run_time DESC, run_id DESC) AS recency
+           FROM sys.lake_data_quality) q
+  ON q.database_name = s.database_name AND q.table_name = s.table_name AND q.recency = 1
+GROUP BY s.database_name, s.table_name"""
+
 
 class SupersetError(Exception):
     """Superset answered an API call with an error."""

@@ -34,7 +34,12 @@ Thrift server) with what differs:
   ``get_view_definition``), never Presto's ``SHOW CREATE VIEW``, which Spark
   rejects;
 - no file upload: Superset's Hive upload writes Parquet to S3 (boto3) and
-  creates an external table over it, which a tierlake server does not have.
+  creates an external table over it, which a tierlake server does not have;
+- one catalog, Spark's session catalog ``spark_catalog``: Superset's Hive spec
+  inherits Presto's catalogs, whose default is the URL's database (``default``,
+  a schema for HiveServer2) while the list is Spark's ``SHOW CATALOGS``
+  (``spark_catalog``), so datasets got a catalog the list does not have; and
+  a connection cannot switch catalogs (every query runs in the session catalog).
 
 Identity: the gateway sees the user of the connection URL, one per
 connection; Superset's *Impersonate the logged on user* changes nothing for
@@ -61,6 +66,8 @@ from tierlake_client.sqltext import sql_literal
 from tierlake_client.superset.statements import connection_error_text, spark_change, without_result_set
 
 ENGINE = "tierlake"
+# Spark's session catalog: every query of a tierlake connection runs in it (tierlake makes it Iceberg's).
+SESSION_CATALOG = "spark_catalog"
 
 superset_parse.SQLGLOT_DIALECTS.setdefault(ENGINE, Dialects.SPARK)
 
@@ -183,6 +190,9 @@ class TierlakeEngineSpec(SparkEngineSpec):
     _show_functions_column = "function"
     # Superset's Hive upload writes Parquet to S3 and makes an external table over it.
     supports_file_upload = False
+    # One catalog, the session catalog; Presto's (which Hive's spec inherits) may be switched per query.
+    supports_catalog = True
+    supports_dynamic_catalog = False
 
     metadata = {
         "description": "Fluss-style lake tiering on Apache Spark and Iceberg, over HiveServer2.",
@@ -203,6 +213,16 @@ class TierlakeEngineSpec(SparkEngineSpec):
         _NO_CONNECTION: ("%(detail)s", SupersetErrorType.CONNECTION_PORT_CLOSED_ERROR, {}),
         _DENIED: ("%(detail)s", SupersetErrorType.CONNECTION_ACCESS_DENIED_ERROR, {}),
     }
+
+    @classmethod
+    def get_default_catalog(cls, database: Any) -> str | None:
+        # Presto's answer is the URL's database, which for HiveServer2 is the schema ("default").
+        return SESSION_CATALOG
+
+    @classmethod
+    def get_catalog_names(cls, database: Any, inspector: Any) -> set[str]:
+        # Not SHOW CATALOGS: it also lists catalogs a connection cannot switch to (and tierlake's internal one).
+        return {SESSION_CATALOG}
 
     @classmethod
     def _extract_error_message(cls, ex: Exception) -> str:
