@@ -135,6 +135,8 @@ ACTED_ON_S = 2.0
 STOPPED_S = 90.0
 
 
+# Each run is a server start and stop (most of its time): bounded per run, not by the suite's 900 s.
+@pytest.mark.timeout(RUNS * 240 + 300)
 def test_sigterm_to_the_group_with_writers_and_rounds_stops_cleanly_every_time(tmp_path):
     """Each run: start the server on the same home, check that what earlier runs acknowledged is there
     exactly once, start four writers, wait for a round, send SIGTERM to the process group at a varying
