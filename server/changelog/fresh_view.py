@@ -16,7 +16,8 @@ when it runs, so a later re-pin never pins further back than an earlier
 one, and pending re-pins of a table coalesce into one. Across processes (a
 tiering service and the server re-pin the same views) the pin is a
 compare-and-set on the view's metastore entry (:func:`_create_view`,
-:func:`sync_metastore_text`): no pin older than the one in force is ever
+:func:`sync_metastore_text`; made under Hive's lock on the view where the
+metastore is not the embedded one, whose ``alter_table`` checks it itself): no pin older than the one in force is ever
 written, so maintenance that re-pinned and then removed what older pins read
 (lake and stream snapshot expiry, log retention) cannot be undone by a late
 re-pin. Spark
@@ -54,8 +55,10 @@ it without the server's settings.
 
 from __future__ import annotations
 
+import getpass
 import logging
 import re
+import socket
 import threading
 import time
 import uuid
@@ -286,19 +289,42 @@ def sync_metastore_text(spark: Any, view: TablePath, expected: Any = True) -> Pi
     re-pin the same view): it writes :data:`PIN_PARAMETER` with the text and,
     given ``expected`` (the parameter's value the caller read before it read
     the lake; None: the entry had none), lands only if the parameter still has
-    that value (the embedded metastore's compare-and-set,
-    server/runtime/java/CasAlterHandler.java), and never writes a text whose
-    pin is older than the entry's. Returns the pin now in force, False when it
-    did not write (the caller reads the lake again and re-pins);
-    ``expected=True``: no compare-and-set (the view's first version)."""
+    that value, and never writes a text whose pin is older than the entry's.
+    Returns the pin now in force, False when it did not write (the caller
+    reads the lake again and re-pins); ``expected=True``: no compare-and-set
+    (the view's first version).
+
+    The update sends the whole entry back, Iceberg's ``metadata_location``
+    included, as it was read: a replace of the view landing between the read
+    and the write would be undone (the entry naming an older Iceberg version
+    whose text pins further back than what maintenance just re-pinned and
+    then expired behind). How the read-modify-write is made atomic depends on
+    who runs ``alter_table``:
+
+    - the embedded metastore (this JVM only): its compare-and-set
+      (server/runtime/java/CasAlterHandler.java) refuses a write whose
+      expected parameter moved, or made from a copy another replace overtook;
+      no lock, no extra round trip;
+    - a metastore service or a shared database (Hive 2.3's own
+      ``alter_table``, which ignores expected parameters): the read, the
+      checks and the write run under Hive's EXCLUSIVE lock on the view
+      (:func:`_lock_view`), the lock Iceberg's view commits take themselves
+      (HiveViewOperations, ``iceberg.engine.hive.lock-enabled``). Every writer
+      of the entry — Iceberg's replace, any process's re-pin — then waits for
+      the others, so what is read is what is overwritten. Checking after the
+      write instead cannot repair it: the write has already replaced the newer
+      ``metadata_location``, which nothing names any more, and the other
+      process may have acted on its pin meanwhile (expired what the older pin
+      reads); only excluding Iceberg's own commits closes the window."""
     jvm = spark.sparkContext._jvm
     gateway = spark.sparkContext._gateway
     namespace = gateway.new_array(jclass("java.lang.String", jvm), 1)
     namespace[0] = view.database
     catalog = spark._jsparkSession.sessionState().catalogManager().catalog("spark_catalog")
     identifier = jclass("org.apache.spark.sql.connector.catalog.Identifier", jvm).of(namespace, view.table)
+    locking = _views_locked(spark)
 
-    def update(client: Any) -> Pin | None | bool:
+    def write(client: Any, lock: int | None) -> Pin | None | bool:
         for attempt in range(3):
             table = client.getTable(view.database, view.table)
             text = catalog.loadView(identifier).query()
@@ -315,6 +341,12 @@ def sync_metastore_text(spark: Any, view: TablePath, expected: Any = True) -> Pi
             table.setViewExpandedText(text)
             if new is not None:
                 table.putToParameters(PIN_PARAMETER, f"{new.text()}:{uuid.uuid4().hex[:12]}")
+            if lock is not None:
+                # Still ours, and fresh for the write: raises if it is gone. Hive times a lock out
+                # after hive.txn.timeout without a heartbeat, and Iceberg's MetastoreLock, waiting
+                # on a Hive 2 metastore, releases a lock whose last heartbeat is older than 60 s
+                # (iceberg.hive.lock-heartbeat-interval-ms); Iceberg checks its own lock here too.
+                client.heartbeat(0, lock)
             try:
                 if value is None:
                     client.alter_table(view.database, view.table, table)
@@ -333,7 +365,121 @@ def sync_metastore_text(spark: Any, view: TablePath, expected: Any = True) -> Pi
                     raise
         return False
 
+    def update(client: Any) -> Pin | None | bool:
+        if not locking:
+            return write(client, None)
+        lock = _lock_view(spark, client, view)
+        try:
+            return write(client, lock)
+        finally:
+            _unlock_view(spark, client, view, lock)
+
     return _with_metastore(spark, update)
+
+
+# How long a re-pin waits for Hive's lock on its view (Iceberg's own view commits hold it for the
+# length of one metastore update; Iceberg waits up to 3 minutes for it by default).
+VIEW_LOCK_TIMEOUT_S = 60.0
+_views_locked_cache: list[tuple[Any, bool]] = []  # (jvm, whether spark_catalog's view commits lock)
+
+
+def _views_locked(spark: Any) -> bool:
+    """Whether ``spark_catalog``'s Iceberg view commits take Hive's metastore lock
+    (``iceberg.engine.hive.lock-enabled``, default true; the catalog's own ``hadoop.`` override
+    first): a metastore service or a shared database. False with the embedded metastore, whose
+    ``alter_table`` is a compare-and-set instead (server/runtime/session.py)."""
+    jvm = spark.sparkContext._jvm
+    if _views_locked_cache and _views_locked_cache[0][0] is jvm:
+        return _views_locked_cache[0][1]
+    value = spark.conf.get("spark.sql.catalog.spark_catalog.hadoop.iceberg.engine.hive.lock-enabled", None) \
+        or spark._jsc.hadoopConfiguration().get("iceberg.engine.hive.lock-enabled")
+    locked = str(value or "true").strip().lower() != "false"
+    _views_locked_cache[:] = [(jvm, locked)]
+    return locked
+
+
+def _lock_view(spark: Any, client: Any, view: TablePath) -> int:
+    """Hive's EXCLUSIVE table lock on the view's entry, as Iceberg's MetastoreLock requests it
+    (so one excludes the other); its id once acquired. Raises ConcurrentUpdateError when it is
+    not acquired in :data:`VIEW_LOCK_TIMEOUT_S` (the pin in force stays)."""
+    jvm = spark.sparkContext._jvm
+    api = "org.apache.hadoop.hive.metastore.api."
+    # Named as the view's CREATE OR REPLACE names it, so as Iceberg's lock is (Hive 2.3 compares the
+    # names as given; a TablePath is in lower case, as the metastore keeps names).
+    component = jclass(api + "LockComponent", jvm)(
+        jclass(api + "LockType", jvm).EXCLUSIVE, jclass(api + "LockLevel", jvm).TABLE, view.database)
+    component.setTablename(view.table)
+    components = jclass("java.util.ArrayList", jvm)()
+    components.add(component)
+    request = jclass(api + "LockRequest", jvm)(components, _user(), socket.gethostname())
+    agent = f"tierlake-fresh-view-{uuid.uuid4()}"
+    request.setAgentInfo(agent)
+    try:
+        response = client.lock(request)
+    except Exception:
+        # The request may have been taken before the answer was lost: release it, else it would
+        # hold the view's commits back until Hive times it out.
+        _release_agent(spark, view, agent)
+        raise
+    lock = int(response.getLockid())
+    deadline, pause = time.monotonic() + VIEW_LOCK_TIMEOUT_S, 0.05
+    try:
+        while str(response.getState()) != "ACQUIRED":
+            if str(response.getState()) != "WAITING":
+                raise ConcurrentUpdateError(f"the metastore lock on the fresh view {view} ended "
+                                            f"{response.getState()}; its pin in force stays")
+            if time.monotonic() > deadline:
+                raise ConcurrentUpdateError(f"the metastore lock on the fresh view {view} was not granted in "
+                                            f"{VIEW_LOCK_TIMEOUT_S:.0f} s; its pin in force stays")
+            time.sleep(pause)
+            pause = min(pause * 1.5, 1.0)
+            response = client.checkLock(lock)
+    except BaseException:
+        _unlock_view(spark, client, view, lock)
+        raise
+    return lock
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser() or "tierlake"
+    except (KeyError, OSError):  # no login name in the environment nor the password database
+        return "tierlake"
+
+
+def _unlock_view(spark: Any, client: Any, view: TablePath, lock: int) -> None:
+    """Release the lock; through a new client when this one fails (a lock left behind would hold
+    the view's commits back until Hive times it out)."""
+    try:
+        client.unlock(lock)
+        return
+    except Exception:  # tried again below
+        log.warning("could not release the metastore lock %s on %s; trying a new client", lock, view, exc_info=True)
+    try:
+        other = _new_client(spark)
+        try:
+            other.unlock(lock)
+        finally:
+            other.close()
+    except Exception:  # Hive times it out (hive.txn.timeout)
+        log.warning("could not release the metastore lock %s on %s", lock, view, exc_info=True)
+
+
+def _release_agent(spark: Any, view: TablePath, agent: str) -> None:
+    """Release every lock on the view requested as ``agent`` (a lock request whose answer was lost)."""
+    try:
+        other = _new_client(spark)
+        try:
+            request = jclass("org.apache.hadoop.hive.metastore.api.ShowLocksRequest", spark.sparkContext._jvm)()
+            request.setDbname(view.database)
+            request.setTablename(view.table)
+            for element in other.showLocks(request).getLocks():
+                if str(element.getAgentInfo()) == agent:
+                    other.unlock(element.getLockid())
+        finally:
+            other.close()
+    except Exception:  # Hive times it out (hive.txn.timeout)
+        log.warning("could not look for a lock on %s requested as %s", view, agent, exc_info=True)
 
 
 def _pin_state(spark: Any, view: TablePath) -> tuple[bool, str | None, Pin | None]:
@@ -376,11 +522,7 @@ def _with_metastore(spark: Any, use: Any) -> Any:
     with _metastore_lock:
         for attempt in (0, 1):
             if not _metastore or _metastore[0][0] is not jvm:
-                hive_conf_class = jclass("org.apache.hadoop.hive.conf.HiveConf", jvm)
-                hive_conf = jclass("java.lang.Class", jvm).forName("org.apache.hadoop.hive.conf.HiveConf")
-                client = jclass("org.apache.hadoop.hive.metastore.HiveMetaStoreClient", jvm)(
-                    hive_conf_class(spark._jsc.hadoopConfiguration(), hive_conf))
-                _metastore[:] = [(jvm, client)]
+                _metastore[:] = [(jvm, _new_client(spark))]
             client = _metastore[0][1]
             try:
                 return use(client)
@@ -393,6 +535,14 @@ def _with_metastore(spark: Any, use: Any) -> Any:
                 if attempt:
                     raise
     return None
+
+
+def _new_client(spark: Any) -> Any:
+    jvm = spark.sparkContext._jvm
+    hive_conf_class = jclass("org.apache.hadoop.hive.conf.HiveConf", jvm)
+    hive_conf = jclass("java.lang.Class", jvm).forName("org.apache.hadoop.hive.conf.HiveConf")
+    return jclass("org.apache.hadoop.hive.metastore.HiveMetaStoreClient", jvm)(
+        hive_conf_class(spark._jsc.hadoopConfiguration(), hive_conf))
 
 
 def _carried(stream_table: Any, lake_table: Any, schema: Any, columns: list, stream_now: list) -> tuple[list, list]:
