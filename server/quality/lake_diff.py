@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tierlake import sql
+from tierlake.server.catalog import field_ids
 from tierlake.server.catalog.properties import LOG_START_PROPERTY, MAINTENANCE, SOURCE_POSITION
 from tierlake.server.catalog.spec import CHANGE_TYPE, CHANGE_TYPES, TieredSpec
 from tierlake.server.catalog.table_path import TablePath
@@ -199,11 +200,33 @@ def _kv_rows(spark: Any, stream_table: Any, base: KvBase, columns: list[Carried]
     kv_table = iceberg_table(spark, kv.quoted)
     names = {c.field_id: c.name for c in lake_schema.carried_columns(spark, stream_table, kv_table)
              if c.field_id is not None}
-    frame = spark.read.format("iceberg").option("snapshot-id", str(base.snapshot_id)).load(kv.quoted)
-    out = [(F.col(sql.quote_ident(names[c.field_id])).cast(c.type) if c.field_id in names
-            else F.lit(None).cast(c.type)).alias(c.name) for c in columns]
-    return frame.select(*out, F.lit(None).cast("string").alias(CHANGE_TYPE), F.lit(KV_FILE).alias("_file"),
+    wanted = {c.name: (names.get(c.field_id) if c.field_id is not None else None, c.type) for c in columns}
+    frame = _as_of(spark, kv, kv_table, base.snapshot_id, wanted)
+    return frame.select("*", F.lit(None).cast("string").alias(CHANGE_TYPE), F.lit(KV_FILE).alias("_file"),
                         F.lit(0).cast("long").alias("_pos"))
+
+
+def _as_of(spark: Any, path: TablePath, table: Any, snapshot_id: int | None,
+           wanted: dict[str, tuple[str | None, str]]) -> Any:
+    """``path`` as of ``snapshot_id`` (None: no snapshot, no rows) as ``{out name: (column now, type)}``.
+
+    Iceberg reads a snapshot with that snapshot's schema: a column renamed since (a stream rename
+    carried to the lake or KV table) is found there by its field id; one added since is NULL."""
+    from pyspark.sql import functions as F
+
+    reader = spark.read.format("iceberg")
+    if snapshot_id is not None:
+        reader = reader.option("snapshot-id", str(snapshot_id))
+    frame = reader.load(path.quoted)
+    now = {name.lower(): fid for fid, name in field_ids.schema_fields(table.schema()).items()}
+    then = lake_schema.read_fields(table, snapshot_id)
+    out = []
+    for name, (column, kind) in wanted.items():
+        found = None if column is None else then.get(now.get(column.lower(), -1))
+        out.append((F.col(sql.quote_ident(found)).cast(kind) if found is not None
+                    else F.lit(None).cast(kind)).alias(name))
+    frame = frame.select(*out)
+    return frame.limit(0) if snapshot_id is None else frame
 
 
 def other_commits(lake_table: Any, snapshot_id: int | None) -> tuple[list[dict[str, Any]], int]:
@@ -261,12 +284,7 @@ def compare(spark: Any, stream: TablePath, lake: TablePath, spec: TieredSpec, la
     handle = TableHandle(spark, stream, lake, stream_table=stream_table, lake_table=lake_table, spec=spec)
     change_type = [lake_schema.change_type_column(stream_table)] if spec.is_primary_key else []
     try:
-        reader = spark.read.format("iceberg")
-        if lake_snapshot_id is not None:
-            reader = reader.option("snapshot-id", str(lake_snapshot_id))
-        lake_frame = reader.load(lake.quoted).select(*[F.col(sql.quote_ident(n)) for n in names])
-        if lake_snapshot_id is None:
-            lake_frame = lake_frame.limit(0)
+        lake_frame = _as_of(spark, lake, lake_table, lake_snapshot_id, {c.name: (c.name, c.type) for c in columns})
         lake_frame.createOrReplaceTempView(views["lake"])
         parts, files = [], []
         if source.kv is not None:
