@@ -7,7 +7,12 @@ Each configuration runs twice in the same server: into tiered stream tables
 (tierlake's write path) and into plain Iceberg tables of the same columns
 (relayed to Spark's Thrift Server: the raw path). Printed per line:
 acknowledged statements/s, rows/s, p50/p99 acknowledgement latency, failures
-(with the first error), and the tierlake/raw ratio of statements/s.
+(with the first error), the tierlake/raw ratio of statements/s, and the
+server's CPU time over the measured window (issue 53: a measure that travels
+between machines; bench/common.py ``SERVER_CPU_HOW`` says how it is read)
+per acknowledged statement and per tiering round, with the raw/tierlake
+ratio of CPU per statement, the server's cores used and the writers' own CPU
+per statement (their processes, not counted in the server's).
 
 Then one ``INSERT … SELECT`` of ``--bulk-rows`` rows into a stream table
 against the same statement into a plain Iceberg table (median of 3).
@@ -33,7 +38,7 @@ import threading
 import time
 import uuid
 
-from bench.common import add_master_argument, p, spark_master, start_server
+from bench.common import SERVER_CPU_HOW, ServerCpu, add_master_argument, p, ps_cpu_seconds, spark_master, start_server
 
 
 def _writer(port: int, tables: list[str], pk: bool, rows: int, seconds: float, seed: int, start_at: float,
@@ -70,7 +75,8 @@ def _writer(port: int, tables: list[str], pk: bool, rows: int, seconds: float, s
             failures += 1
             first_error = first_error or str(e)[:300]
     conn.close()
-    out.put((latencies, failures, first_error, sent))
+    # This client's own CPU (its whole life): reported beside the server's, never part of it.
+    out.put((latencies, failures, first_error, sent, time.process_time()))
 
 
 def _make_tables(cursor, db: str, count: int, pk: bool, tiered: bool) -> list[str]:
@@ -90,7 +96,11 @@ def _make_tables(cursor, db: str, count: int, pk: bool, tiered: bool) -> list[st
 
 
 def run_config(port: int, tables: list[str], pk: bool, writers: int, rows: int, seconds: float,
-               request_ids: bool = False, sampler: Sampler | None = None) -> dict:
+               request_ids: bool = False, sampler: Sampler | None = None, server=None,
+               cpu_check: bool = False) -> dict:
+    """``server``: measure its CPU (bench/common.py ``SERVER_CPU_HOW``) and its tiering rounds over the
+    window from the moment the writers may send (``start_at``) to the moment the last writer has
+    reported (every acknowledged statement done; no statement is sent after ``seconds``)."""
     ctx = multiprocessing.get_context("spawn")  # never fork a process that runs a JVM bridge
     out = ctx.Queue()
     start_at = time.time() + 3.0 + writers * 0.05  # every writer connected before the clock starts
@@ -101,8 +111,17 @@ def run_config(port: int, tables: list[str], pk: bool, writers: int, rows: int, 
         proc.start()
     if sampler is not None:
         sampler.start(start_at)
+    cpu = ServerCpu() if server is not None else None
     try:
+        if cpu is not None:
+            late = time.time() - start_at
+            time.sleep(max(0.0, -late))
+            cpu0, rounds0 = cpu.read(), _rounds(server)
+            ps0 = ps_cpu_seconds(cpu0.server_pids) if cpu_check else {}
         results = [out.get(timeout=seconds + 300) for _ in procs]
+        if cpu is not None:
+            cpu1, rounds1 = cpu.read(), _rounds(server)
+            ps1 = ps_cpu_seconds(cpu1.server_pids) if cpu_check else {}
     finally:
         if sampler is not None:
             sampler.stop()
@@ -111,12 +130,39 @@ def run_config(port: int, tables: list[str], pk: bool, writers: int, rows: int, 
     latencies = [x for r in results for x in r[0]]
     failures = sum(r[1] for r in results)
     errors = [r[2] for r in results if r[2]]
-    return {
+    measured = {
         "acked": len(latencies), "failures": failures, "first_error": errors[0] if errors else None,
         "statements_s": len(latencies) / seconds, "rows_s": len(latencies) * rows / seconds,
         "p50": p(latencies, 0.5) if latencies else float("nan"),
         "p99": p(latencies, 0.99) if latencies else float("nan"),
     }
+    if cpu is not None:
+        window = cpu1.at - cpu0.at
+        server_s = cpu.seconds(cpu0, cpu1)
+        measured.update({
+            "window_s": window, "server_cpu_s": server_s, "server_cores": server_s / window,
+            "cpu_ms_stmt": server_s * 1000 / len(latencies) if latencies else float("nan"),
+            "rounds": rounds1 - rounds0,
+            "cpu_ms_round": server_s * 1000 / (rounds1 - rounds0) if rounds1 > rounds0 else float("nan"),
+            "clients_cpu_s": sum(r[4] for r in results), "late_start_s": max(0.0, late),
+        })
+        if cpu_check:
+            after_join = cpu.read()  # the writers are joined: their CPU is now the bench process's cutime
+            reaped = (after_join.own_children_ticks - cpu0.own_children_ticks) / cpu.tick
+            common = [pid for pid in cpu1.server_pids if pid in ps0 or pid in ps1]
+            measured["cpu_check"] = (
+                f"cpu check: /proc server CPU {server_s:.2f} s (own utime+stime "
+                f"{(cpu1.own_ticks - cpu0.own_ticks) / cpu.tick:.2f} s) against `ps -o cputime` of the same "
+                f"pids {sum(ps1.values()) - sum(ps0.values())} s (whole seconds per process) over "
+                f"{window:.1f} s; server processes {cpu1.describe(common)}; client processes excluded at the end "
+                f"{cpu1.describe(cpu1.client_pids)}; "
+                f"the writers' own CPU {measured['clients_cpu_s']:.2f} s (their process_time), reaped into "
+                f"the bench process's cutime (not counted) {reaped:.2f} s")
+    return measured
+
+
+def _rounds(server) -> int:
+    return sum(w.rounds for w in server.workers)
 
 
 class Sampler:
@@ -233,6 +279,9 @@ def main() -> None:
                         help="a server setting (repeatable), e.g. tierlake.write.request-id-retention=2min")
     parser.add_argument("--warmup", type=float, default=60.0,
                         help="seconds of unmeasured 16-writer load first: a new JVM's JIT takes a core for minutes")
+    parser.add_argument("--cpu-check", action="store_true",
+                        help="cross-check each line's server CPU against `ps -o cputime` of the same processes, "
+                             "and print the writers' own CPU (not counted)")
     add_master_argument(parser)
     args = parser.parse_args()
     with spark_master(args.master) as on_master:
@@ -251,8 +300,14 @@ def run(args: argparse.Namespace, settings: dict[str, str]) -> None:
         cursor = hive.connect("127.0.0.1", port, username="bench").cursor()
         if args.warmup > 0:
             warm(cursor, port, args.warmup)
-        print("| kind | writers | rows/stmt | tables | path | acked stmts/s | rows/s | p50 | p99 | failures | ratio |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
+        print(f"Measured window per line: from the writers' start to the last writer's report; {SERVER_CPU_HOW} "
+              "CPU ms/stmt = server CPU / acknowledged statements; ms/round = server CPU / tiering rounds "
+              "finished in the window (the same total: the rounds' share is not split out); cores = server "
+              "CPU / window. Clients' own CPU is printed apart.", flush=True)
+        print("| kind | writers | rows/stmt | tables | path | acked stmts/s | rows/s | p50 | p99 | failures | ratio "
+              "| server CPU ms/stmt | CPU ratio raw/tierlake | rounds | server CPU ms/round | server cores "
+              "| clients' CPU ms/stmt |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
         for kind in args.kinds.split(","):
             pk = kind == "pk"
             for n_tables in [int(x) for x in args.tables.split(",")]:
@@ -268,13 +323,23 @@ def run(args: argparse.Namespace, settings: dict[str, str]) -> None:
                             if args.sample_every > 0 and path == "tierlake":
                                 sampler = Sampler(server, tables, args.sample_every)
                             measured[path] = r = run_config(port, tables, pk, writers, rows, args.seconds,
-                                                            args.request_ids and path == "tierlake", sampler)
-                            ratio = ""
+                                                            args.request_ids and path == "tierlake", sampler,
+                                                            server=server, cpu_check=args.cpu_check)
+                            ratio, cpu_ratio = "", ""
                             if path == "tierlake" and "raw" in measured and measured["raw"]["statements_s"]:
                                 ratio = f"{r['statements_s'] / measured['raw']['statements_s']:.2f}×"
+                                if r["acked"] and measured["raw"]["acked"]:
+                                    cpu_ratio = f"{measured['raw']['cpu_ms_stmt'] / r['cpu_ms_stmt']:.2f}×"
+                            clients = r["clients_cpu_s"] * 1000 / r["acked"] if r["acked"] else float("nan")
                             print(f"| {kind} | {writers} | {rows} | {n_tables} | {path} | {r['statements_s']:.1f} | "
                                   f"{r['rows_s']:.0f} | {r['p50'] * 1000:.0f} ms | {r['p99'] * 1000:.0f} ms | "
-                                  f"{r['failures']} | {ratio} |", flush=True)
+                                  f"{r['failures']} | {ratio} | {r['cpu_ms_stmt']:.1f} | {cpu_ratio} | {r['rounds']} "
+                                  f"| {r['cpu_ms_round']:.0f} | {r['server_cores']:.2f} | {clients:.1f} |", flush=True)
+                            if r["late_start_s"] > 0.05:
+                                print(f"  the window started {r['late_start_s']:.2f} s after the writers' start "
+                                      "(the bench process was late)", flush=True)
+                            if r.get("cpu_check"):
+                                print(f"  {r['cpu_check']}", flush=True)
                             if r["first_error"]:
                                 print(f"  first error: {r['first_error']}", flush=True)
                             if sampler is not None:

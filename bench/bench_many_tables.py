@@ -12,8 +12,11 @@ clients read ``sys.lake_tiering_status`` in a loop (a query, 0.5 s, the next
 one) for the whole sampling window. The feeders and the readers are Python
 processes of their own, as client applications are (``--clients-in-process``:
 threads of the server's process, as in the runs before 2026-11-27). Prints
-p50/p95/max lag, rounds per minute, late appends, the server's CPU (its
-Python process and JVM, in cores) and the readers' p50/p95, next to the
+p50/p95/max lag, rounds per minute, late appends, the server's CPU in cores
+and, over the sampling window, in ms per tiering round and per acknowledged
+append (issue 53: a measure that travels between machines; bench/common.py
+``SERVER_CPU_HOW``: its Python process and all its descendants, the JVM
+among them, clients excluded), and the readers' p50/p95, next to the
 targets (p95 lag ≤ 1.5·F; readers p50 ≤ 1 s). The server runs with its default worker settings
 (one job, ``tierlake.tiering.tables-per-job``) unless ``--conf k=v`` says
 otherwise. Each N's tables are disabled before the next N starts.
@@ -26,7 +29,15 @@ import threading
 import time
 from datetime import datetime, timezone
 
-from bench.common import p, start_server
+from bench.common import (
+    SERVER_CPU_HOW,
+    ServerCpu,
+    acknowledged_inserts,
+    gateway_statements,
+    p,
+    ps_cpu_seconds,
+    start_server,
+)
 from bench.gateway_load import run_clients, run_clients_out_of_process
 
 STATUS = "SELECT table_name, last_tiered_time FROM sys.lake_tiering_status WHERE database_name = '{db}'"
@@ -101,22 +112,6 @@ class FeederProcess:
         self.process.join(timeout)
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far (Linux /proc)."""
-    import os
-
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def server_cpu(server) -> float:
-    """CPU seconds of the server so far: this Python process and its JVM."""
-    import os
-
-    return _cpu_seconds(os.getpid()) + _cpu_seconds(server.spark.sparkContext._gateway.proc.pid)
-
-
 def jit_seconds(server) -> float:
     """Seconds the JVM's JIT compilers have spent so far (all compiler threads)."""
     jvm = server.spark.sparkContext._jvm
@@ -129,7 +124,7 @@ def jvm_uptime(server) -> float:
 
 
 def one_size(server, n: int, freshness: float, minutes: float, in_process: bool = False,
-             warmup: float = 0.0) -> dict:
+             warmup: float = 0.0, cpu_check: bool = False) -> dict:
     db = f"many_{n}_{int(time.time())}"
     cursor = connect(server).cursor()
     cursor.execute(f"CREATE DATABASE {db}")
@@ -166,8 +161,11 @@ def one_size(server, n: int, freshness: float, minutes: float, in_process: bool 
     reader_thread = threading.Thread(target=read_status, daemon=True)
     reader_thread.start()
     t0 = time.monotonic()
-    cpu0, jit0, uptime = server_cpu(server), jit_seconds(server), jvm_uptime(server)
+    cpu = ServerCpu()
+    cpu0, jit0, uptime = cpu.read(), jit_seconds(server), jvm_uptime(server)
+    ps0 = ps_cpu_seconds(cpu0.server_pids) if cpu_check else {}
     rounds_start = sum(w.rounds for w in server.workers)
+    acked0, answered0 = acknowledged_inserts(), gateway_statements()
     while time.monotonic() - t0 < minutes * 60:
         cursor.execute(STATUS.format(db=db))
         now = datetime.now(timezone.utc)
@@ -178,10 +176,19 @@ def one_size(server, n: int, freshness: float, minutes: float, in_process: bool 
             last = datetime.fromisoformat(str(last)).replace(tzinfo=timezone.utc)
             lags.append((now - last).total_seconds())
         time.sleep(2)
-    elapsed = time.monotonic() - t0
-    cpu = server_cpu(server) - cpu0
-    jit = jit_seconds(server) - jit0
+    cpu1 = cpu.read()
+    ps1 = ps_cpu_seconds(cpu1.server_pids) if cpu_check else {}
     rounds = sum(w.rounds for w in server.workers) - rounds_start
+    acked, answered = acknowledged_inserts() - acked0, gateway_statements() - answered0
+    elapsed = cpu1.at - cpu0.at
+    server_s = cpu.seconds(cpu0, cpu1)
+    jit = jit_seconds(server) - jit0
+    if cpu_check:
+        print(f"  cpu check: /proc server CPU {server_s:.2f} s (own utime+stime "
+              f"{(cpu1.own_ticks - cpu0.own_ticks) / cpu.tick:.2f} s) against `ps -o cputime` of the same pids "
+              f"{sum(ps1.values()) - sum(ps0.values())} s (whole seconds per process) over {elapsed:.1f} s; server "
+              f"processes {cpu1.describe(cpu1.server_pids)}; client processes excluded "
+              f"{cpu1.describe(cpu1.client_pids)}", flush=True)
     for f in feeders:
         f.stop()
     for f in feeders:
@@ -193,7 +200,10 @@ def one_size(server, n: int, freshness: float, minutes: float, in_process: bool 
     result = readers.get("result")
     return {
         "n": n, "samples": len(lags), "p50": p(lags, 0.5), "p95": p(lags, 0.95), "max": max(lags),
-        "rounds_per_min": rounds / elapsed * 60, "server_cores": cpu / elapsed, "jit_cores": jit / elapsed,
+        "rounds_per_min": rounds / elapsed * 60, "server_cores": server_s / elapsed, "jit_cores": jit / elapsed,
+        "server_cpu_s": server_s, "window_s": elapsed, "rounds": rounds, "acked": acked, "answered": answered,
+        "cpu_ms_round": server_s * 1000 / rounds if rounds else float("nan"),
+        "cpu_ms_acked": server_s * 1000 / acked if acked else float("nan"),
         "jvm_minutes": uptime / 60,
         "rounds_total": sum(w.rounds for w in server.workers) - rounds_before,
         "reads": result.statements if result else 0,
@@ -216,6 +226,8 @@ def main() -> None:
                         help="minutes each N runs its full load before sampling (default: 2·F); the JIT of a "
                              "new server compiles for minutes, a server that has run a while does not")
     parser.add_argument("--conf", action="append", default=[], help="server setting k=v (default: none)")
+    parser.add_argument("--cpu-check", action="store_true",
+                        help="cross-check the server CPU against `ps -o cputime` of the same processes")
     args = parser.parse_args()
     conf = dict(c.split("=", 1) for c in args.conf)
     # The default server: tierlake.tiering.workers and tables-per-job as shipped.
@@ -227,23 +239,30 @@ def main() -> None:
     try:
         for n in (int(x) for x in args.tables.split(",")):
             print(f"N = {n}", flush=True)
-            r = one_size(server, n, f, args.minutes, args.clients_in_process, args.warmup)
+            r = one_size(server, n, f, args.minutes, args.clients_in_process, args.warmup, args.cpu_check)
             rows.append(r)
             print(f"  {r}", flush=True)
     finally:
         server.stop()
     print()
+    print(f"Sampling window per N: {SERVER_CPU_HOW} CPU ms/round = server CPU / tiering rounds finished in the "
+          "window; ms/append = the same total / INSERTs acknowledged in the window (the server's "
+          "tierlake_ingest_acknowledged); both include serving the feeders, the status readers and the lag "
+          "sampling (statements answered: the gateway's count in the window); nothing is split out.")
+    print()
     print(f"| tables | lag p50 | lag p95 (target ≤ {1.5 * f:g} s) | lag max | rounds/min | most rounds at once "
           f"| feeder late | server CPU (cores) | of which JIT | JVM up at sampling "
-          f"| status reads: count, p50 / p95 (target p50 ≤ 1 s) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          f"| status reads: count, p50 / p95 (target p50 ≤ 1 s) | rounds | server CPU ms/round "
+          f"| appends acked | server CPU ms/append | statements answered | sampling window |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ok = "✓" if r["p95"] <= 1.5 * f else "✗"
         print(f"| {r['n']} | {r['p50']:.1f} s | {r['p95']:.1f} s {ok} | {r['max']:.1f} s | {r['rounds_per_min']:.0f} "
               f"| {r['most_at_once']} | {r['feeder_late']} of {r['appends']} | {r['server_cores']:.2f} "
               f"| {r['jit_cores']:.2f} | {r['jvm_minutes']:.0f} min "
               f"| {r['reads']}, {r['readers_p50'] * 1000:.0f} / {r['readers_p95'] * 1000:.0f} ms "
-              f"({r['readers_failed']} failed) |")
+              f"({r['readers_failed']} failed) | {r['rounds']} | {r['cpu_ms_round']:.0f} | {r['acked']:.0f} "
+              f"| {r['cpu_ms_acked']:.0f} | {r['answered']:.0f} | {r['window_s']:.0f} s |")
 
 
 if __name__ == "__main__":

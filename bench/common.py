@@ -1,10 +1,12 @@
 """Shared bench helpers: an in-process server on a scratch home (on ``local[2]``
-or a Spark cluster: ``--master``), timing."""
+or a Spark cluster: ``--master``), timing, the server's CPU time."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import os
 import statistics
 import tempfile
 import time
@@ -81,3 +83,159 @@ def row(label: str, values: list[float], baseline: list[float] | None = None) ->
     else:
         text += " — |"
     return text
+
+
+# --- The server's CPU time (issue 53 item 1: a measure that travels between machines) -------------
+
+# Processes the bench starts as clients: multiprocessing's spawned children (writers, feeders,
+# readers) and its resource tracker. They and their descendants are never the server's.
+CLIENT_MARKERS = ("--multiprocessing-fork", "multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+SERVER_CPU_HOW = (
+    "server CPU = user+system CPU time from /proc/<pid>/stat (utime+stime) of the server's processes, "
+    "read at the start and the end of the measured window: the bench's own Python process (the server "
+    "runs in it: gateway, committer, tiering workers; the bench's own threads there only wait) and all "
+    "its descendants (the Spark JVM, Spark's Python workers; with --master standalone the cluster's "
+    "JVMs), plus the CPU of children those descendants reaped (cutime+cstime), except client "
+    "processes (the bench process's Python children, i.e. multiprocessing's: writers, feeders, readers, "
+    "also once exited and not yet reaped) and their descendants. The bench process's own cutime is not "
+    "counted: the clients it joins are reaped into it.")
+
+
+def _stat(pid: int) -> tuple[int, int, int] | None:
+    """(ppid, own ticks utime+stime, reaped children's ticks cutime+cstime), or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # After the ")": state ppid pgrp ... utime(12th) stime cutime cstime, counted from state = 0.
+    return int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
+
+
+def _comm(pid: int) -> str:
+    """The process's name; kept for a zombie (an exited, not yet reaped child), whose cmdline is empty."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split("(", 1)[1].rsplit(")", 1)[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return ""
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+
+
+def _tree(root: int) -> dict[int, list[int]]:
+    """Children of every process under ``root`` (a scan of /proc: ppid links)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = _stat(int(name))
+            if st is not None:
+                children.setdefault(st[0], []).append(int(name))
+    return children
+
+
+@dataclasses.dataclass
+class CpuReading:
+    at: float  # time.monotonic()
+    ticks: int  # counted CPU ticks of the server's processes (their own and what they reaped)
+    own_ticks: int  # the server processes' own utime+stime only (what ``ps -o times`` shows)
+    server_pids: list[int]
+    client_pids: list[int]
+    own_children_ticks: int  # the bench process's cutime+cstime (clients it reaped): not counted
+    names: dict[int, str]  # pid → "name(parent pid)" of every process above, as read
+
+    def describe(self, pids: list[int]) -> str:
+        """``pid:name(parent)`` of each (for a cross-check's output)."""
+        return " ".join(f"{pid}:{self.names.get(pid, '?')}" for pid in pids)
+
+
+class ServerCpu:
+    """CPU seconds of the server's process tree, clients excluded (see :data:`SERVER_CPU_HOW`)."""
+
+    def __init__(self, root: int | None = None):
+        self.root = root if root is not None else os.getpid()
+        self.tick = os.sysconf("SC_CLK_TCK")
+        self.clients: set[int] = set()  # once a client, always one (an exited one is a zombie: no cmdline)
+
+    def _is_client(self, pid: int, parent: int) -> bool:
+        if pid in self.clients:
+            return True
+        # The bench's clients are multiprocessing's children of the bench process: Python processes. The
+        # server starts no Python process of its own (its children are the JVM, and javac at its start);
+        # Spark's Python workers are the JVM's children, not the bench process's.
+        if any(m in _cmdline(pid) for m in CLIENT_MARKERS) or (
+                parent == self.root and _comm(pid).startswith("python")):
+            self.clients.add(pid)
+            return True
+        return False
+
+    def read(self) -> CpuReading:
+        children = _tree(self.root)
+        root = _stat(self.root)
+        assert root is not None
+        ticks, own, server, clients = root[1], root[1], [self.root], []
+        names = {self.root: f"{_comm(self.root)}({root[0]})"}
+        stack = [(pid, self.root) for pid in children.get(self.root, [])]
+        while stack:
+            pid, parent = stack.pop()
+            names[pid] = f"{_comm(pid)}({parent})"
+            if self._is_client(pid, parent):
+                clients.append(pid)  # and not its descendants either
+                continue
+            st = _stat(pid)
+            if st is None:
+                continue
+            server.append(pid)
+            ticks += st[1] + st[2]
+            own += st[1]
+            stack.extend((child, pid) for child in children.get(pid, []))
+        return CpuReading(time.monotonic(), ticks, own, sorted(server), sorted(clients), root[2], names)
+
+    def seconds(self, start: CpuReading, end: CpuReading) -> float:
+        return (end.ticks - start.ticks) / self.tick
+
+
+def ps_cpu_seconds(pids: list[int]) -> dict[int, int]:
+    """``ps -o cputime`` ([DD-]HH:MM:SS of utime+stime, whole seconds) of the live ones of ``pids``:
+    a cross-check of the /proc reading, by another tool."""
+    import subprocess
+
+    if not pids:
+        return {}
+    out = subprocess.run(["ps", "-o", "pid=,cputime=", "-p", ",".join(map(str, pids))], capture_output=True,
+                         text=True).stdout
+    seconds = {}
+    for line in out.splitlines():
+        if not line.strip():
+            continue
+        pid, text = line.split()
+        days, _, hms = text.rpartition("-")
+        h, m, sec = (int(x) for x in hms.split(":"))
+        seconds[int(pid)] = (int(days) if days else 0) * 86400 + h * 3600 + m * 60 + sec
+    return seconds
+
+
+def counter_total(counter) -> float:
+    """The sum over all labels of a prometheus_client counter of this process (the in-process server's)."""
+    return sum(s.value for metric in counter.collect() for s in metric.samples if s.name.endswith("_total"))
+
+
+def acknowledged_inserts() -> float:
+    """INSERTs into stream tables the in-process server has acknowledged so far (its metric)."""
+    from tierlake.server.observability import metrics
+
+    return counter_total(metrics.INGEST_ACKNOWLEDGED)
+
+
+def gateway_statements() -> float:
+    """Statements the in-process server's gateway has answered so far (any kind and outcome)."""
+    from tierlake.server.observability import metrics
+
+    return counter_total(metrics.GATEWAY_STATEMENTS)
