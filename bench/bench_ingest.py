@@ -142,6 +142,7 @@ def run_config(port: int, tables: list[str], pk: bool, writers: int, rows: int, 
         measured.update({
             "window_s": window, "server_cpu_s": server_s, "server_cores": server_s / window,
             "cpu_ms_stmt": server_s * 1000 / len(latencies) if latencies else float("nan"),
+            "jit_ms_stmt": cpu.jit_seconds(cpu0, cpu1) * 1000 / len(latencies) if latencies else float("nan"),
             "rounds": rounds1 - rounds0,
             "cpu_ms_round": server_s * 1000 / (rounds1 - rounds0) if rounds1 > rounds0 else float("nan"),
             "clients_cpu_s": sum(r[4] for r in results), "late_start_s": max(0.0, late),
@@ -305,9 +306,9 @@ def run(args: argparse.Namespace, settings: dict[str, str]) -> None:
               "finished in the window (the same total: the rounds' share is not split out); cores = server "
               "CPU / window. Clients' own CPU is printed apart.", flush=True)
         print("| kind | writers | rows/stmt | tables | path | acked stmts/s | rows/s | p50 | p99 | failures | ratio "
-              "| server CPU ms/stmt | CPU ratio raw/tierlake | rounds | server CPU ms/round | server cores "
-              "| clients' CPU ms/stmt |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
+              "| server CPU ms/stmt | of which JIT | CPU ratio raw/tierlake | rounds | server CPU ms/round "
+              "| server cores | clients' CPU ms/stmt |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
         for kind in args.kinds.split(","):
             pk = kind == "pk"
             for n_tables in [int(x) for x in args.tables.split(",")]:
@@ -333,8 +334,9 @@ def run(args: argparse.Namespace, settings: dict[str, str]) -> None:
                             clients = r["clients_cpu_s"] * 1000 / r["acked"] if r["acked"] else float("nan")
                             print(f"| {kind} | {writers} | {rows} | {n_tables} | {path} | {r['statements_s']:.1f} | "
                                   f"{r['rows_s']:.0f} | {r['p50'] * 1000:.0f} ms | {r['p99'] * 1000:.0f} ms | "
-                                  f"{r['failures']} | {ratio} | {r['cpu_ms_stmt']:.1f} | {cpu_ratio} | {r['rounds']} "
-                                  f"| {r['cpu_ms_round']:.0f} | {r['server_cores']:.2f} | {clients:.1f} |", flush=True)
+                                  f"{r['failures']} | {ratio} | {r['cpu_ms_stmt']:.1f} | {r['jit_ms_stmt']:.1f} "
+                                  f"| {cpu_ratio} | {r['rounds']} | {r['cpu_ms_round']:.0f} | {r['server_cores']:.2f} "
+                                  f"| {clients:.1f} |", flush=True)
                             if r["late_start_s"] > 0.05:
                                 print(f"  the window started {r['late_start_s']:.2f} s after the writers' start "
                                       "(the bench process was late)", flush=True)

@@ -203,6 +203,7 @@ def one_size(server, n: int, freshness: float, minutes: float, in_process: bool 
         "rounds_per_min": rounds / elapsed * 60, "server_cores": server_s / elapsed, "jit_cores": jit / elapsed,
         "server_cpu_s": server_s, "window_s": elapsed, "rounds": rounds, "acked": acked, "answered": answered,
         "cpu_ms_round": server_s * 1000 / rounds if rounds else float("nan"),
+        "jit_ms_round": cpu.jit_seconds(cpu0, cpu1) * 1000 / rounds if rounds else float("nan"),
         "cpu_ms_acked": server_s * 1000 / acked if acked else float("nan"),
         "jvm_minutes": uptime / 60,
         "rounds_total": sum(w.rounds for w in server.workers) - rounds_before,
@@ -252,16 +253,17 @@ def main() -> None:
     print()
     print(f"| tables | lag p50 | lag p95 (target ≤ {1.5 * f:g} s) | lag max | rounds/min | most rounds at once "
           f"| feeder late | server CPU (cores) | of which JIT | JVM up at sampling "
-          f"| status reads: count, p50 / p95 (target p50 ≤ 1 s) | rounds | server CPU ms/round "
+          f"| status reads: count, p50 / p95 (target p50 ≤ 1 s) | rounds | server CPU ms/round | of which JIT "
           f"| appends acked | server CPU ms/append | statements answered | sampling window |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ok = "✓" if r["p95"] <= 1.5 * f else "✗"
         print(f"| {r['n']} | {r['p50']:.1f} s | {r['p95']:.1f} s {ok} | {r['max']:.1f} s | {r['rounds_per_min']:.0f} "
               f"| {r['most_at_once']} | {r['feeder_late']} of {r['appends']} | {r['server_cores']:.2f} "
               f"| {r['jit_cores']:.2f} | {r['jvm_minutes']:.0f} min "
               f"| {r['reads']}, {r['readers_p50'] * 1000:.0f} / {r['readers_p95'] * 1000:.0f} ms "
-              f"({r['readers_failed']} failed) | {r['rounds']} | {r['cpu_ms_round']:.0f} | {r['acked']:.0f} "
+              f"({r['readers_failed']} failed) | {r['rounds']} | {r['cpu_ms_round']:.0f} | {r['jit_ms_round']:.0f} "
+              f"| {r['acked']:.0f} "
               f"| {r['cpu_ms_acked']:.0f} | {r['answered']:.0f} | {r['window_s']:.0f} s |")
 
 

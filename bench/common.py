@@ -99,7 +99,8 @@ SERVER_CPU_HOW = (
     "JVMs), plus the CPU of children those descendants reaped (cutime+cstime), except client "
     "processes (the bench process's Python children, i.e. multiprocessing's: writers, feeders, readers, "
     "also once exited and not yet reaped) and their descendants. The bench process's own cutime is not "
-    "counted: the clients it joins are reaped into it.")
+    "counted: the clients it joins are reaped into it. 'of which JIT': the same for the JVM's JIT compiler "
+    "threads (/proc/<jvm>/task/*/stat named C1/C2 CompilerThre).")
 
 
 def _stat(pid: int) -> tuple[int, int, int] | None:
@@ -111,6 +112,29 @@ def _stat(pid: int) -> tuple[int, int, int] | None:
         return None
     # After the ")": state ppid pgrp ... utime(12th) stime cutime cstime, counted from state = 0.
     return int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
+
+
+JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")  # HotSpot's compiler threads, as Linux names them (15 chars)
+
+
+def _jit_ticks(pid: int) -> int:
+    """utime+stime of a JVM's JIT compiler threads (live ones: a thread that ended takes its share with it)."""
+    ticks = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                text = f.read()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        name = text.split("(", 1)[1].rsplit(")", 1)[0]
+        if name.startswith(JIT_THREADS):
+            fields = text.rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks
 
 
 def _comm(pid: int) -> str:
@@ -145,7 +169,8 @@ def _tree(root: int) -> dict[int, list[int]]:
 class CpuReading:
     at: float  # time.monotonic()
     ticks: int  # counted CPU ticks of the server's processes (their own and what they reaped)
-    own_ticks: int  # the server processes' own utime+stime only (what ``ps -o times`` shows)
+    own_ticks: int  # the server processes' own utime+stime only (what ``ps -o cputime`` shows)
+    jit_ticks: int  # of ``ticks``: the JVMs' JIT compiler threads
     server_pids: list[int]
     client_pids: list[int]
     own_children_ticks: int  # the bench process's cutime+cstime (clients it reaped): not counted
@@ -182,6 +207,7 @@ class ServerCpu:
         assert root is not None
         ticks, own, server, clients = root[1], root[1], [self.root], []
         names = {self.root: f"{_comm(self.root)}({root[0]})"}
+        jit = 0
         stack = [(pid, self.root) for pid in children.get(self.root, [])]
         while stack:
             pid, parent = stack.pop()
@@ -195,11 +221,17 @@ class ServerCpu:
             server.append(pid)
             ticks += st[1] + st[2]
             own += st[1]
+            if _comm(pid) == "java":
+                jit += _jit_ticks(pid)
             stack.extend((child, pid) for child in children.get(pid, []))
-        return CpuReading(time.monotonic(), ticks, own, sorted(server), sorted(clients), root[2], names)
+        return CpuReading(time.monotonic(), ticks, own, jit, sorted(server), sorted(clients), root[2], names)
 
     def seconds(self, start: CpuReading, end: CpuReading) -> float:
         return (end.ticks - start.ticks) / self.tick
+
+    def jit_seconds(self, start: CpuReading, end: CpuReading) -> float:
+        """Of :meth:`seconds`: the JVMs' JIT compiler threads (a young server's JIT takes a core for minutes)."""
+        return (end.jit_ticks - start.jit_ticks) / self.tick
 
 
 def ps_cpu_seconds(pids: list[int]) -> dict[int, int]:
