@@ -638,6 +638,7 @@ public final class FreshMerge extends AbstractFunction1<SparkSessionExtensions, 
         if (keys[i] < 0) return new Outcome(false, null); // a key column dropped since the pin
       }
       int sequenceBy = sequenceById < 0 ? -1 : ordinal(columns, sequenceById);
+      scala.math.Ordering<Object> order = sequenceBy < 0 ? null : SparkKeys.ordering(types[sequenceBy]);
       int change = changeId < 0 ? -1 : ordinal(columns, changeId);
       List<InternalRow> all = new ArrayList<>();
       Map<List<Object>, Object[]> winners = new LinkedHashMap<>(); // key -> {row, commit, sequence-by}
@@ -666,7 +667,7 @@ public final class FreshMerge extends AbstractFunction1<SparkSessionExtensions, 
             List<Object> id = SparkKeys.key(row, keys, types);
             Object sequence = sequenceBy < 0 || row.isNullAt(sequenceBy) ? null : row.get(sequenceBy, types[sequenceBy]);
             Object[] best = winners.get(id);
-            if (best == null || wins(commit, sequence, (Long) best[1], best[2])) {
+            if (best == null || wins(commit, sequence, (Long) best[1], best[2], order)) {
               winners.put(id, new Object[] {row, commit, sequence});
             }
           }
@@ -690,14 +691,17 @@ public final class FreshMerge extends AbstractFunction1<SparkSessionExtensions, 
   /**
    * Whether a change (commit sequence number, sequence-by value) beats the one kept: the tiering
    * rule (tiering_pk_winners.sql.j2), a later commit, then the larger sequence-by value, NULL last;
-   * a tie, which tiering refuses as ambiguous, goes to the change read later.
+   * a tie, which tiering refuses as ambiguous, goes to the change read later. Values are compared
+   * by Spark's own ordering of their type ({@code order}): BINARY bytes unsigned, -0.0 = 0.0 and
+   * NaN the largest, as the round's ORDER BY compares them (Java's compareTo put -0.0 below 0.0 and
+   * could not compare BINARY at all).
    */
-  @SuppressWarnings({"unchecked", "rawtypes"})
-  static boolean wins(long commit, Object sequence, long keptCommit, Object keptSequence) {
+  static boolean wins(long commit, Object sequence, long keptCommit, Object keptSequence,
+                      scala.math.Ordering<Object> order) {
     if (commit != keptCommit) return commit > keptCommit;
     if (sequence == null) return keptSequence == null;
     if (keptSequence == null) return true;
-    return ((Comparable) sequence).compareTo(keptSequence) >= 0;
+    return order.compare(sequence, keptSequence) >= 0;
   }
 
   /**

@@ -70,6 +70,14 @@ public final class SparkKeys {
     }
   }
 
+  /**
+   * Spark's own ordering of {@code type}'s internal values (what ORDER BY uses): for sequence-by
+   * values, which decide which change of a key wins.
+   */
+  public static scala.math.Ordering<Object> ordering(DataType type) {
+    return org.apache.spark.sql.catalyst.util.TypeUtils.getInterpretedOrdering(type);
+  }
+
   /** {@code v} (Spark's internal value of {@code type}, or null) as a value compared as Spark compares it. */
   public static Object value(Object v, DataType type) {
     if (v == null) return null;

@@ -372,6 +372,10 @@ public final class StreamIngest {
             // Keys and rows compared as Spark compares them (SparkKeys: BINARY by content, -0.0 = 0.0,
             // NaN = NaN, DECIMAL by value), as the round's SQL does (changelog_check.sql.j2).
             Map<List<Object>, List<Object[]>> byKey = new LinkedHashMap<>();
+            // Sequence-by values by Spark's own ordering, as the round's ORDER BY: BINARY unsigned,
+            // -0.0 = 0.0 (Java's compareTo could not compare BINARY, and ordered -0.0 below 0.0).
+            scala.math.Ordering<Object> seqOrder = seqPos < 0 ? null
+                    : SparkKeys.ordering(sparkType.fields()[seqPos].dataType());
             for (InternalRow row : rows) {
                 boolean nullKey = false;
                 for (int k : keyPos) {
@@ -401,7 +405,7 @@ public final class StreamIngest {
             long count = 0;
             String first = null;
             for (Map.Entry<List<Object>, List<Object[]>> e : byKey.entrySet()) {
-                if (e.getValue().size() > 1 && unordered(e.getValue(), seqPos >= 0)) {
+                if (e.getValue().size() > 1 && unordered(e.getValue(), seqOrder)) {
                     count++;
                     if (first == null) {
                         StringBuilder named = new StringBuilder("(");
@@ -418,8 +422,9 @@ public final class StreamIngest {
             return count == 0 ? null : "ambiguous\t" + count + "\t" + first;
         }
 
-        @SuppressWarnings({"unchecked", "rawtypes"})
-        private static boolean unordered(List<Object[]> changes, boolean sequenced) {
+        /** Whether different changes of one key have no single largest sequence-by value ({@code order}
+         * null: the table has no sequence-by). */
+        private static boolean unordered(List<Object[]> changes, scala.math.Ordering<Object> order) {
             Set<Object> effects = new HashSet<>();
             for (Object[] c : changes) {
                 effects.add(c[1]);
@@ -427,21 +432,21 @@ public final class StreamIngest {
             if (effects.size() == 1) {
                 return false;  // the same change twice
             }
-            if (!sequenced) {
+            if (order == null) {
                 return true;
             }
-            Comparable max = null;
+            Object max = null;
             for (Object[] c : changes) {
-                if (!(c[0] instanceof Comparable)) {
+                if (c[0] == null) {
                     return true;  // a NULL sequence-by value
                 }
-                if (max == null || ((Comparable) c[0]).compareTo(max) > 0) {
-                    max = (Comparable) c[0];
+                if (max == null || order.compare(c[0], max) > 0) {
+                    max = c[0];
                 }
             }
             Set<Object> atMax = new HashSet<>();
             for (Object[] c : changes) {
-                if (((Comparable) c[0]).compareTo(max) == 0) {
+                if (order.compare(c[0], max) == 0) {
                     atMax.add(c[1]);
                 }
             }

@@ -103,3 +103,48 @@ def test_both_forms_and_the_lake_equal_plain_spark(hive_cursor, spark, case):
     force_round(spark, table)
     assert _rows(spark, f"SELECT {shown} FROM {lake}") == expected
     assert _rows(spark, f"SELECT {shown} FROM {fresh}") == expected
+
+
+def _sequenced_table(hive_cursor, spark, seq_type: str) -> tuple[str, str, str]:
+    name = f"seq_{seq_type.lower()}{next(_counter)}"
+    run(hive_cursor, f"CREATE DATABASE IF NOT EXISTS {DB}")
+    run(hive_cursor, f"CREATE TABLE {DB}.{name} (id INT, s {seq_type}, v STRING) TBLPROPERTIES "
+                     "('table.datalake.enabled'='true', 'table.datalake.freshness'='1 h', 'primary-key'='id', "
+                     "'sequence-by'='s', 'bucket.num'='2')")
+    return f"{DB}.{name}", f"{DB}_fresh.{name}", f"{DB}_lake.{name}"
+
+
+def test_a_binary_sequence_by_orders_changes_as_spark_does(hive_cursor, spark):
+    """Changes of one key in one INSERT ordered by a BINARY sequence-by: Spark orders bytes unsigned
+    (X'FF' after X'02'). The INSERT-time check refused them as unordered (a byte[] is not Comparable)
+    and the driver-side merge could not compare them; now both forms and the lake keep X'FF'."""
+    table, fresh, lake = _sequenced_table(hive_cursor, spark, "BINARY")
+    run(hive_cursor, f"INSERT INTO {table} VALUES (1, X'01', 'first', NULL), (2, X'80', 'two', NULL)")
+    force_round(spark, table)
+    # Through the gateway: the group commit's INSERT-time checks run.
+    run(hive_cursor, f"INSERT INTO {table} VALUES (1, X'FF', 'high', '+U'), (1, X'02', 'low', '+U'), "
+                     "(2, X'7F', 'below', '+U')")
+    expected = [(1, "FF", "high"), (2, "7F", "below")]  # key 2: a later commit wins whatever its sequence
+    query = f"SELECT id, hex(s), v FROM {fresh}"
+    assert _rows(spark, query) == expected, "merged in the driver"
+    with local_merge_rows(spark, 0):
+        assert _rows(spark, query) == expected, "merged by Spark"
+    force_round(spark, table)
+    assert _rows(spark, f"SELECT id, hex(s), v FROM {lake}") == expected
+
+
+def test_a_signed_zero_tie_in_a_double_sequence_by_is_refused_as_spark_sees_a_tie(hive_cursor, spark):
+    """-0.0 and 0.0 are equal in Spark's ORDER BY: two different changes of one key with them are a tie,
+    refused at INSERT like any tie (Java's compareTo put -0.0 first and accepted them, and the round's
+    window then picked either)."""
+    from pyhive import exc
+
+    table, fresh, _ = _sequenced_table(hive_cursor, spark, "DOUBLE")
+    with pytest.raises(exc.OperationalError) as raised:
+        hive_cursor.execute(f"INSERT INTO {table} VALUES (1, CAST('-0.0' AS DOUBLE), 'neg', NULL), "
+                            "(1, 0.0D, 'pos', NULL)")
+    assert raised.value.args[0].status.sqlState == "21000", raised.value
+    assert _rows(spark, f"SELECT * FROM {table}") == []
+    run(hive_cursor, f"INSERT INTO {table} VALUES (1, CAST('-0.0' AS DOUBLE), 'neg', NULL), "
+                     "(1, 1.0D, 'one', NULL)")
+    assert _rows(spark, f"SELECT id, v FROM {fresh}") == [(1, "one")]
