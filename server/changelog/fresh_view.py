@@ -366,15 +366,15 @@ def sync_metastore_text(spark: Any, view: TablePath, expected: Any = True) -> Pi
         return False
 
     def update(client: Any) -> Pin | None | bool:
-        if not locking:
-            return write(client, None)
         lock = _lock_view(spark, client, view)
         try:
             return write(client, lock)
         finally:
             _unlock_view(spark, client, view, lock)
 
-    return _with_metastore(spark, update)
+    if not locking:
+        return _with_metastore(spark, lambda client: write(client, None))
+    return _with_metastore(spark, update, waits=True)
 
 
 # How long a re-pin waits for Hive's lock on its view (Iceberg's own view commits hold it for the
@@ -512,22 +512,31 @@ def pinned_lake_snapshot(table: TableHandle) -> int | None:
 
 _metastore_lock = threading.Lock()
 _metastore: list[tuple[Any, Any]] = []  # (jvm, client): the process's client, made on first use
+# The re-pins' updates under a metastore lock (a metastore service or a shared database), which may
+# wait for another writer's lock on the view: a client and a turn of their own, so that the process's
+# reads of pins (current_pin, maintenance's pinned_lake_snapshot) never wait behind them.
+_locking_metastore_lock = threading.Lock()
+_locking_metastore: list[tuple[Any, Any]] = []
 
 
-def _with_metastore(spark: Any, use: Any) -> Any:
+def _with_metastore(spark: Any, use: Any, waits: bool = False) -> Any:
     """``use(client)`` with the process's Hive metastore client, one at a time: an embedded
     metastore's client builds its own handler, which cost a large part of every re-pin when
-    made per call. A client that fails is closed and made again once."""
+    made per call. A client that fails is closed and made again once. ``waits``: the use may
+    wait for a metastore lock (another client, another turn)."""
     jvm = spark.sparkContext._jvm
-    with _metastore_lock:
+    turn, held = (_locking_metastore_lock, _locking_metastore) if waits else (_metastore_lock, _metastore)
+    with turn:
         for attempt in (0, 1):
-            if not _metastore or _metastore[0][0] is not jvm:
-                _metastore[:] = [(jvm, _new_client(spark))]
-            client = _metastore[0][1]
+            if not held or held[0][0] is not jvm:
+                held[:] = [(jvm, _new_client(spark))]
+            client = held[0][1]
             try:
                 return use(client)
+            except ConcurrentUpdateError:
+                raise  # not the client's failure (a lock not granted in time): no second wait
             except Exception:
-                _metastore.clear()
+                held.clear()
                 try:
                     client.close()
                 except Exception:  # noqa: BLE001 - already broken

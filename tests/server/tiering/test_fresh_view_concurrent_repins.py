@@ -90,8 +90,8 @@ class _Race:
     def __enter__(self) -> _Race:
         original = self.fresh_view._with_metastore
         self.owner = threading.get_ident()
-        patch = mock.patch.object(self.fresh_view, "_with_metastore",
-                                  lambda spark, use: original(spark, lambda client: use(_Hooked(client, self))))
+        patch = mock.patch.object(self.fresh_view, "_with_metastore", lambda spark, use, **kw: original(
+            spark, lambda client: use(_Hooked(client, self)), **kw))
         patch.start()
         self._patches.append(patch)
         return self
@@ -101,7 +101,8 @@ class _Race:
             return
         self.fired = True
         # From here on the module's client and its mutex are the other process's.
-        for name, value in (("_metastore_lock", threading.Lock()), ("_metastore", [])):
+        for name, value in (("_metastore_lock", threading.Lock()), ("_metastore", []),
+                            ("_locking_metastore_lock", threading.Lock()), ("_locking_metastore", [])):
             patch = mock.patch.object(self.fresh_view, name, value)
             patch.start()
             self._patches.append(patch)
@@ -143,7 +144,7 @@ class _Race:
     def __exit__(self, *exc) -> None:
         if self.thread is not None:
             self.thread.join(300)
-        mine = self.fresh_view._metastore if self.fired else []
+        mine = self.fresh_view._metastore + self.fresh_view._locking_metastore if self.fired else []
         for patch in reversed(self._patches):
             patch.stop()
         for _, client in mine:
@@ -306,3 +307,86 @@ def test_concurrent_repins_on_the_embedded_metastore_never_move_the_view_back(hi
     assert not result["waited_for_lock"], result
     # The embedded metastore's compare-and-set keeps it right without Hive's locks (no lock round trips).
     assert "lock" not in result["client_calls"], result["client_calls"]
+
+
+def _hold_view_lock(spark, view):
+    """Another writer's EXCLUSIVE Hive lock on the view (what Iceberg's view commit holds while it commits);
+    returns (client, lock id)."""
+    jvm = spark.sparkContext._jvm
+    api = jvm.org.apache.hadoop.hive.metastore.api
+    client = jvm.org.apache.hadoop.hive.metastore.HiveMetaStoreClient(jvm.org.apache.hadoop.hive.conf.HiveConf(
+        spark._jsc.hadoopConfiguration(), jvm.java.lang.Class.forName("org.apache.hadoop.hive.conf.HiveConf")))
+    component = api.LockComponent(api.LockType.EXCLUSIVE, api.LockLevel.TABLE, view.database)
+    component.setTablename(view.table)
+    components = jvm.java.util.ArrayList()
+    components.add(component)
+    response = client.lock(api.LockRequest(components, "other", "elsewhere"))
+    assert str(response.getState()) == "ACQUIRED", response
+    return client, response.getLockid()
+
+
+def _locks_on(spark, view) -> int:
+    jvm = spark.sparkContext._jvm
+    client = jvm.org.apache.hadoop.hive.metastore.HiveMetaStoreClient(jvm.org.apache.hadoop.hive.conf.HiveConf(
+        spark._jsc.hadoopConfiguration(), jvm.java.lang.Class.forName("org.apache.hadoop.hive.conf.HiveConf")))
+    try:
+        request = jvm.org.apache.hadoop.hive.metastore.api.ShowLocksRequest()
+        request.setDbname(view.database)
+        request.setTablename(view.table)
+        return len(client.showLocks(request).getLocks())
+    finally:
+        client.close()
+
+
+def test_a_repin_waits_for_another_writers_lock_on_the_view_and_gives_up_keeping_its_pin(hive_cursor, spark):
+    """The locking protocol of a metastore service or shared database (forced here on this JVM's
+    metastore, whose lock store is Hive's): while another writer holds the view's lock the re-pin does
+    not write; it lands once the lock is released; past its wait it fails, and the pin in force stays
+    with the view exact and no lock of its own left behind."""
+    from tests.server.tiering.test_fresh_views import commit_batches, create, force_round, paths, rows_of
+    from tierlake.server.catalog.table_path import parse_table_path
+    from tierlake.server.changelog import fresh_view
+    from tierlake.server.changelog.handle import TableHandle
+    from tierlake.server.exceptions import ConcurrentUpdateError
+
+    table = create(hive_cursor, f"lock_wait_{uuid.uuid4().hex[:6]}", pk=False)
+    stream, lake, fresh = paths(table)
+    view = parse_table_path(fresh)
+    logged: list[tuple] = []
+    commit_batches(spark, table, False, [[(1, 1.0, None)]], [], logged)
+    force_round(spark, table)
+    first = fresh_view.current_pin(spark, view)
+    for k in (2, 3):
+        commit_batches(spark, table, False, [[(k, float(k), None)]], [], logged)
+        with mock.patch.object(fresh_view, "after_lake_commit", lambda table: None):
+            force_round(spark, table)
+
+    with mock.patch.object(fresh_view, "_views_locked", lambda spark: True):
+        # Past its wait: fails, the pin in force stays, the view exact, no lock of its own left.
+        holder, lock = _hold_view_lock(spark, view)
+        try:
+            with mock.patch.object(fresh_view, "VIEW_LOCK_TIMEOUT_S", 2.0), \
+                    pytest.raises(ConcurrentUpdateError, match="was not granted"):
+                fresh_view.refresh(TableHandle(spark, stream, lake))
+            assert fresh_view.current_pin(spark, view) == first
+            assert rows_of(spark, fresh) == sorted(logged)
+            assert _locks_on(spark, view) == 1  # the holder's only
+
+            # Released while the re-pin waits: it lands then, not before.
+            done: list = []
+            repin = threading.Thread(target=lambda: done.append(fresh_view.refresh(TableHandle(spark, stream, lake))))
+            repin.start()
+            time.sleep(3)
+            started = time.monotonic()
+            assert repin.is_alive() and fresh_view.current_pin(spark, view) == first, "wrote under another's lock"
+            # The process's reads of pins (maintenance's among them) do not wait behind a waiting re-pin.
+            assert time.monotonic() - started < 10
+        finally:
+            holder.unlock(lock)
+            holder.close()
+        repin.join(120)
+        assert not repin.is_alive() and done, "the re-pin did not land once the lock was released"
+    pin = fresh_view.current_pin(spark, view)
+    assert pin > first and done == [pin.position]
+    assert rows_of(spark, fresh) == sorted(logged)
+    assert _locks_on(spark, view) == 0
