@@ -21,7 +21,11 @@ naming the newest Iceberg view version with that version's text.
   re-pin takes Hive's lock on the view around its read-modify-write, the lock
   Iceberg's own view commits take);
 - against the server's embedded metastore (CasAlterHandler.java refuses the
-  stale write; no Hive lock is taken there).
+  stale write; no Hive lock is taken there);
+- the lock itself (forced on the embedded metastore, whose lock store is
+  Hive's): a re-pin does not write while another writer holds the view's
+  lock, lands once it is released, and past its wait gives up keeping the
+  pin in force; reads of pins do not wait behind it.
 
 The stock case runs in a subprocess with its own server (one Spark per process).
 """
