@@ -75,6 +75,7 @@ from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.catalog.tiered_tables import suffixed_path
 from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.planner import lake_position
+from tierlake.server.changelog.positions import snapshot_at
 from tierlake.server.exceptions import ConcurrentUpdateError
 from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.javaext import INCREMENTAL_CATALOG_NAME
@@ -170,15 +171,8 @@ def _view_named(properties: dict[str, str]) -> TablePath | None:
 def incremental_start(stream_table: Any, position: int) -> int | None:
     """The stream snapshot at ``position`` if an incremental read can start after it: the
     current snapshot reaches it through parents that were not expired. None otherwise."""
-    if position <= 0:
-        return None
-    snapshot = stream_table.currentSnapshot()
-    while snapshot is not None and int(snapshot.sequenceNumber()) > position:
-        parent = snapshot.parentId()
-        snapshot = None if parent is None else stream_table.snapshot(parent)
-    if snapshot is None or int(snapshot.sequenceNumber()) != position:
-        return None
-    return int(snapshot.snapshotId())
+    snapshot = snapshot_at(stream_table, position) if position > 0 else None
+    return None if snapshot is None else int(snapshot.snapshotId())
 
 
 def has_incremental_catalog(spark: Any) -> bool:

@@ -67,6 +67,18 @@ def table_properties(table: Any) -> dict[str, str]:
     return string_map(table.properties())
 
 
+def snapshot_at(stream_table: Any, position: int) -> Any:
+    """The stream snapshot at ``position`` reached from the current one through parents that were not
+    expired, or None."""
+    snapshot = stream_table.currentSnapshot()
+    while snapshot is not None and int(snapshot.sequenceNumber()) > position:
+        parent = snapshot.parentId()
+        snapshot = None if parent is None else stream_table.snapshot(parent)
+    if snapshot is None or int(snapshot.sequenceNumber()) != position:
+        return None
+    return snapshot
+
+
 def position_properties(position: int, stream_snapshot_id: int | None, stream_uuid: str | None) -> dict[str, str]:
     """The lake table properties a tiering lake commit sets with its fast-forward."""
     props = {LAKE_TIERED_POSITION: str(position)}

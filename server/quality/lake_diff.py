@@ -56,6 +56,7 @@ from tierlake.server.changelog import lake_schema, lake_write, validation
 from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.lake_schema import Carried
 from tierlake.server.changelog.planner import Chunk, range_chunk, summary
+from tierlake.server.changelog.positions import snapshot_at
 from tierlake.server.quality import gx
 from tierlake.server.runtime.jvm import string_map
 from tierlake.server.runtime.session import iceberg_table
@@ -133,17 +134,6 @@ class _Source:
     kv: KvBase | None = None
 
 
-def _snapshot_at(stream_table: Any, position: int) -> Any:
-    """The stream snapshot at ``position`` (walking back from the current one), or None."""
-    snapshot = stream_table.currentSnapshot()
-    while snapshot is not None and int(snapshot.sequenceNumber()) > position:
-        parent = snapshot.parentId()
-        snapshot = None if parent is None else stream_table.snapshot(parent)
-    if snapshot is None or int(snapshot.sequenceNumber()) != position:
-        return None
-    return snapshot
-
-
 def _reaches(stream_table: Any, head: Any, position: int, snapshot_id: int | None) -> bool:
     """Whether ``head``'s history back to ``position`` is retained, ending at ``snapshot_id`` (None: at the
     table's first commit, with nothing expired on the way)."""
@@ -161,7 +151,7 @@ def _source(spark: Any, stream: TablePath, spec: TieredSpec, stream_table: Any, 
     if position <= 0:
         return _Source("nothing tiered yet (the lake must be empty)")
     log_start = int(string_map(stream_table.properties()).get(LOG_START_PROPERTY) or 0)
-    head = _snapshot_at(stream_table, position)
+    head = snapshot_at(stream_table, position)
     if head is None:
         raise _Unverifiable(f"the stream table {stream} no longer has its snapshot at the lake's position "
                             f"{position} (expired, or its history was rewritten)")

@@ -63,14 +63,18 @@ def spark_parse(jsession: Any, statement: str) -> Any:
     return SparkContext._jvm.io.tierlake.internal.PlanWalker.parse(jsession, statement)
 
 
+def _parsed(jsession: Any, statement: str) -> Any:
+    try:
+        return spark_parse(jsession, statement)
+    except Exception:  # noqa: BLE001 - Spark answers with its own parse error when the statement is relayed
+        return None
+
+
 def spark_table_change(jsession: Any, statement: str) -> TableChange | None:
     """What ``statement`` drops or renames, on ``jsession``'s (a Java
     SparkSession's) parse; None for anything else, or when it does not parse."""
-    if not may_change_table(statement):
-        return None
-    try:
-        plan = spark_parse(jsession, statement)
-    except Exception:  # noqa: BLE001 - Spark answers with its own parse error when the statement is relayed
+    plan = _parsed(jsession, statement) if may_change_table(statement) else None
+    if plan is None:
         return None
     root = str(plan.getClass().getSimpleName())
     if root == DROP:
@@ -96,13 +100,8 @@ def may_change_columns(statement: str) -> bool:
 def spark_column_change(jsession: Any, statement: str) -> ColumnChange | None:
     """The table whose columns ``statement`` changes, on ``jsession``'s parse; None for anything else,
     an unqualified name, or a statement that does not parse."""
-    if not may_change_columns(statement):
-        return None
-    try:
-        plan = spark_parse(jsession, statement)
-    except Exception:  # noqa: BLE001 - Spark answers with its own parse error when the statement is relayed
-        return None
-    if str(plan.getClass().getSimpleName()) not in COLUMN_ROOTS:
+    plan = _parsed(jsession, statement) if may_change_columns(statement) else None
+    if plan is None or str(plan.getClass().getSimpleName()) not in COLUMN_ROOTS:
         return None
     child = plan.table()
     if str(child.getClass().getSimpleName()) != "UnresolvedTable":
