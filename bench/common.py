@@ -271,3 +271,59 @@ def gateway_statements() -> float:
     from tierlake.server.observability import metrics
 
     return counter_total(metrics.GATEWAY_STATEMENTS)
+
+
+def _burn(seconds: float, done: str | None = None) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+    if done:
+        open(done, "w").close()
+
+
+def _self_check() -> None:
+    """``python -m bench.common``: :class:`ServerCpu` on a synthetic tree. A stand-in for the JVM (bash, a
+    child of this process) runs two Python burners one after the other (its children: they exit and it reaps
+    them, so their CPU reaches the tree only through its cutime); a multiprocessing client (a Python child of
+    this process) burns 3 s and exits, and is still unreaped (a zombie) at the reading. The burners report their
+    own CPU; the client's must not be counted."""
+    import multiprocessing
+    import subprocess
+    import sys
+
+    scratch = tempfile.mkdtemp(prefix="tierlake-cpu-check-")
+    burner = os.path.join(scratch, "burn.py")
+    with open(burner, "w") as f:
+        f.write("import sys, time\nend = time.process_time() + float(sys.argv[1])\n"
+                "while time.process_time() < end: pass\nopen(sys.argv[2], 'w').write(str(time.process_time()))\n")
+    cpu = ServerCpu()
+    client = multiprocessing.get_context("spawn").Process(target=_burn, args=(3.0, os.path.join(scratch, "c")))
+    stand_in = subprocess.Popen(["bash", "-c", f"sleep 1; {sys.executable} {burner} 1.5 {scratch}/b1; "
+                                 f"{sys.executable} {burner} 1.0 {scratch}/b2; touch {scratch}/b; sleep 300"])
+    try:
+        r0 = cpu.read()
+        client.start()
+        while not all(os.path.exists(os.path.join(scratch, x)) for x in ("b", "c")):
+            time.sleep(0.2)
+        time.sleep(1)
+        r1 = cpu.read()
+        state = open(f"/proc/{client.pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        burners = sum(float(open(os.path.join(scratch, x)).read()) for x in ("b1", "b2"))
+        print(f"server: {r1.describe(r1.server_pids)}; clients: {r1.describe(r1.client_pids)} "
+              f"(client {client.pid} in state {state}: Z is exited, not reaped)")
+        print(f"server CPU {cpu.seconds(r0, r1):.2f} s; the burners' own CPU {burners:.2f} s (their process_time; "
+              f"plus their interpreters' start-up)")
+        client.join()
+        r2 = cpu.read()
+        print(f"client joined: this process's cutime +{(r2.own_children_ticks - r0.own_children_ticks) / cpu.tick:.2f}"
+              f" s (its 3 s and start-up: not counted); server CPU up to now {cpu.seconds(r0, r2):.2f} s")
+    finally:
+        import shutil
+
+        stand_in.kill()
+        stand_in.wait()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    _self_check()
