@@ -37,6 +37,7 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from tests.server.differential.strategies import Case, Column, SqlType, quote, string_literal
@@ -44,6 +45,7 @@ from tierlake.server.changelog import fresh_view
 from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.planner import Registered, plan_round
 from tierlake.server.coordinator.registration import registered_record
+from tierlake.server.runtime.session import activate, private_session
 from tierlake.server.tiering.round import run_round
 
 LOCAL_ROWS_CONF = "spark.tierlake.fresh.local-merge-rows"  # FreshMerge.LOCAL_ROWS_CONF
@@ -71,14 +73,233 @@ def comparable(expr: str, t: SqlType) -> str:
     return f"array_sort(map_entries({expr}))" if t.kind == "map" else expr
 
 
-class Harness:
-    """Runs cases on one server: writes through its gateway, reads and drives rounds in its process."""
+class Request:
+    """One read of a case: a query whose rows have the same types as every other query of its
+    ``kind`` (so that a :class:`Batcher` can run many in one ``UNION ALL``), read with the fresh view
+    in its local or its ``distributed`` form. :meth:`rows` waits for it and raises what it raised."""
 
-    def __init__(self, server: Any, cleanup: bool = True):
-        self.server, self.spark, self.cleanup = server, server.spark, cleanup
+    def __init__(self, kind: str, distributed: bool, text: str):
+        self.kind, self.distributed, self.text = kind, distributed, text
+        self.batched = False         # answered by a batched query (else: run alone)
+        self._done = threading.Event()
+        self._rows: list[Any] | None = None
+        self._error: BaseException | None = None
+
+    def set(self, rows: list[Any] | None = None, error: BaseException | None = None, batched: bool = False) -> None:
+        self._rows, self._error, self.batched = rows, error, batched
+        self._done.set()
+
+    def rows(self) -> list[Any]:
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._rows is not None
+        return self._rows
+
+
+# Settings for the harness's own sessions in the long mode (bench/differential.py): how Spark runs a
+# query on a few rows, not what it answers. Without adaptive execution, with one shuffle partition and
+# expressions interpreted rather than compiled (every case has new column types, so generated code is
+# rarely reused), a comparison costs a third of its CPU time. The product's own statements (the
+# gateway's sessions, rounds) keep the server's settings.
+FEW_ROWS_SETTINGS = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1",
+                     "spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+
+
+def harness_session(spark: Any, few_rows: bool) -> Any:
+    """A session of the harness's own, cloned from ``spark`` (and made this thread's active one)."""
+    session = private_session(spark)
+    if few_rows:
+        for key, value in FEW_ROWS_SETTINGS.items():
+            session.conf.set(key, value)
+    return session
+
+
+class Readers:
+    """The sessions a case reads in: the fresh view's local form (the server's setting) and its
+    distributed form (``spark.tierlake.fresh.local-merge-rows`` = 0), each a session of its own, so
+    that reads of both forms (and rounds in other sessions) can run side by side. ``few_rows``: with
+    :data:`FEW_ROWS_SETTINGS`."""
+
+    def __init__(self, spark: Any, local: Any = None, few_rows: bool = False):
+        self.local = local if local is not None else harness_session(spark, few_rows)
+        self.distributed = harness_session(spark, few_rows)
+        self.distributed.conf.set(LOCAL_ROWS_CONF, "0")
+
+    def session(self, distributed: bool) -> Any:
+        session = self.distributed if distributed else self.local
+        activate(session)  # a view load resolves through the thread's active session
+        return session
+
+    def collect(self, distributed: bool, text: str) -> list[Any]:
+        return self.session(distributed).sql(text).collect()
+
+
+class Batcher:
+    """Runs the reads of cases running side by side (bench/differential.py) together: the queries of
+    one kind and form that are waiting are sent as one ``UNION ALL`` of the queries, each tagged with
+    its request's number (one Spark job instead of one per read; each query is the very text a case
+    run alone sends, so every comparison stays exact). A batch that fails is sent again one query at a
+    time, so each request gets its own outcome. The case decides what a batched answer means: a
+    comparison that shows a difference is asked again alone (:meth:`_Case.compare`).
+
+    A batch is sent when every running case waits on it (:meth:`wait`), when its oldest request has
+    waited ``max_wait`` seconds, or at ``max_batch`` requests."""
+
+    def __init__(self, spark: Any, max_wait: float = 2.0, max_batch: int = 48, few_rows: bool = False):
+        self.readers = Readers(spark, few_rows=few_rows)
+        self.max_wait, self.max_batch = max_wait, max_batch
+        self.cond = threading.Condition()
+        self.pending: list[tuple[float, Request]] = []
+        self.active = 0      # cases running (enter/leave)
+        self.waiting = 0     # of them, those waiting on a request
+        self.stopping = False
+        self.batches = self.batched = self.alone = 0  # counters (bench)
+        self.thread = threading.Thread(target=self._loop, name="differential-batcher", daemon=True)
+        self.thread.start()
+
+    @contextlib.contextmanager
+    def case(self):
+        with self.cond:
+            self.active += 1
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.active -= 1
+                self.cond.notify_all()
+
+    def submit(self, kind: str, distributed: bool, text: str) -> Request:
+        request = Request(kind, distributed, text)
+        with self.cond:
+            self.pending.append((time.monotonic(), request))
+            self.cond.notify_all()
+        return request
+
+    def wait(self, request: Request) -> list[Any]:
+        with self.cond:
+            self.waiting += 1
+            self.cond.notify_all()
+        try:
+            return request.rows()
+        finally:
+            with self.cond:
+                self.waiting -= 1
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
+        self.thread.join(timeout=60)
+
+    def _loop(self) -> None:
+        while True:
+            with self.cond:
+                while True:
+                    if self.stopping and not self.pending:
+                        return
+                    if self.pending:
+                        oldest = self.pending[0][0]
+                        left = oldest + self.max_wait - time.monotonic()
+                        if (self.stopping or left <= 0 or self.waiting >= self.active
+                                or len(self.pending) >= self.max_batch):
+                            break
+                        self.cond.wait(left)
+                    else:
+                        self.cond.wait()
+                batch, self.pending = [r for _, r in self.pending], []
+            groups: dict[tuple[str, bool], list[Request]] = {}
+            for request in batch:
+                groups.setdefault((request.kind, request.distributed), []).append(request)
+            for (_, distributed), requests in groups.items():
+                for start in range(0, len(requests), self.max_batch):
+                    self._send(distributed, requests[start:start + self.max_batch])
+
+    def _send(self, distributed: bool, requests: list[Request]) -> None:
+        if len(requests) > 1:
+            text = " UNION ALL ".join(f"SELECT {n} AS __dfx_request, * FROM ({r.text}) AS __dfx_{n}"
+                                      for n, r in enumerate(requests))
+            try:
+                rows = self.readers.collect(distributed, text)
+            except Exception:  # noqa: BLE001 - sent again one at a time below
+                pass
+            else:
+                self.batches += 1
+                self.batched += len(requests)
+                by_request: list[list[Any]] = [[] for _ in requests]
+                for row in rows:
+                    by_request[row[0]].append(row[1:])
+                for request, answer in zip(requests, by_request, strict=True):
+                    request.set(answer, batched=True)
+                return
+        for request in requests:
+            self.alone += 1
+            try:
+                request.set(self.readers.collect(distributed, request.text))
+            except Exception as e:  # noqa: BLE001 - the request's outcome
+                request.set(error=e)
+
+
+class Harness:
+    """Runs cases on one server: writes through its gateway, reads and drives rounds in its process.
+
+    ``spark``: the session rounds run in (the server's by default; bench/differential.py gives each
+    of its threads a session of its own, as a worker does each round thread); ``reference``: the
+    session of the harness's own statements (the reference tables; ``spark`` by default). ``batcher``:
+    reads sent together with other cases' (bench/differential.py); without one, each read runs alone.
+    ``pool``: a list of gateway connections a case takes from and gives back (a user's sessions, which
+    each write to many tables; the long mode's threads log in once, not three times a case)."""
+
+    def __init__(self, server: Any, cleanup: bool = True, spark: Any = None, batcher: Batcher | None = None,
+                 reference: Any = None, pool: list[Any] | None = None):
+        self.server, self.cleanup = server, cleanup
+        self.pool = pool  # gateway connections kept from case to case (bench/differential.py's threads)
+        self.spark = spark if spark is not None else server.spark
+        self._reference = reference if reference is not None else self.spark
+        self.batcher = batcher
+        self._readers: Readers | None = None
         self.port = server.gateway.port
         self._conns: list[Any] = []
         self.seconds: dict[str, float] = {}  # time per step of the last case (bench --verbose)
+
+    @property
+    def readers(self) -> Readers:
+        if self.batcher is not None:
+            return self.batcher.readers
+        if self._readers is None:
+            self._readers = Readers(self.spark, local=self.spark)
+            activate(self.spark)
+        return self._readers
+
+    def submit(self, kind: str, distributed: bool, text: str) -> Request:
+        """A read of this case (sent with others' when there is a batcher, else run now)."""
+        if self.batcher is not None:
+            return self.batcher.submit(kind, distributed, text)
+        request = Request(kind, distributed, text)
+        try:
+            with self.step(kind):
+                request.set(self.readers.collect(distributed, text))
+        except Exception as e:  # noqa: BLE001 - raised by rows()
+            request.set(error=e)
+        finally:
+            activate(self.spark)
+        return request
+
+    @property
+    def reference(self) -> Any:
+        """The harness's own session, active in this thread."""
+        activate(self._reference)
+        return self._reference
+
+    def rows(self, request: Request) -> list[Any]:
+        return self.batcher.wait(request) if self.batcher is not None else request.rows()
+
+    def alone(self, distributed: bool, text: str) -> list[Any]:
+        """``text`` run on its own, now (a batched answer checked again)."""
+        try:
+            return self.readers.collect(distributed, text)
+        finally:
+            activate(self.spark)
 
     @contextlib.contextmanager
     def step(self, name: str):
@@ -91,14 +312,32 @@ class Harness:
     # -- gateway connections -------------------------------------------------------------------
 
     def connect(self) -> Any:
+        """A gateway connection for this case (one of the pool's, if there is a pool)."""
         from pyhive import hive
+        from thrift.transport.TTransport import TTransportException
 
-        conn = hive.connect("127.0.0.1", self.port, username="differential")
+        if self.pool:
+            conn = self.pool.pop()
+        else:
+            for attempt in range(5):
+                try:
+                    conn = hive.connect("127.0.0.1", self.port, username="differential")
+                    break
+                except TTransportException:
+                    # A login the gateway's door turned away (a busy machine): log in again.
+                    if attempt == 4:
+                        raise
+                    time.sleep(2 ** attempt)
         self._conns.append(conn)
         return conn
 
-    def close(self) -> None:
+    def close(self, reuse: bool = True) -> None:
+        """The case's connections closed (or back to the pool, unless ``reuse`` is false: a case that
+        ended early may leave a session with a request id set)."""
         for conn in self._conns:
+            if self.pool is not None and reuse:
+                self.pool.append(conn)
+                continue
             with contextlib.suppress(Exception):
                 conn.close()
         self._conns.clear()
@@ -126,11 +365,15 @@ class Harness:
         """Raises a :class:`Divergence` at the first difference from the reference."""
         db = f"dfx_{next(_counter)}_{uuid.uuid4().hex[:6]}"
         self.seconds = {}
+        activate(self.spark)
         main = self.connect()
+        ended = False
         try:
-            _Case(self, case, db, main).run()
+            with self.batcher.case() if self.batcher is not None else contextlib.nullcontext():
+                _Case(self, case, db, main).run()
+            ended = True
         finally:
-            self.close()
+            self.close(reuse=ended)
             if self.cleanup:
                 with self.step("cleanup"):
                     self.drop(db, case)
@@ -143,13 +386,12 @@ class Harness:
             self.close()
         for database in (db, f"{db}_lake", f"{db}_fresh", f"{db}_ref"):
             with contextlib.suppress(Exception):
-                self.spark.sql(f"DROP DATABASE IF EXISTS {quote(database)} CASCADE")
+                self.reference.sql(f"DROP DATABASE IF EXISTS {quote(database)} CASCADE")
 
 
 class _Case:
     def __init__(self, harness: Harness, case: Case, db: str, main: Any):
         self.h, self.case, self.db, self.main = harness, case, db, main
-        self.spark = harness.spark
         self.cols = case.columns
         self.safe = [f"c{i}" for i in range(len(self.cols))]
         self.target = f"{quote(db)}.{quote(case.table)}"
@@ -164,7 +406,7 @@ class _Case:
     # -- reference -----------------------------------------------------------------------------
 
     def setup_reference(self) -> None:
-        spark, case = self.spark, self.case
+        spark, case = self.h.reference, self.case
         spark.sql(f"CREATE DATABASE {quote(self.db)}")
         spark.sql(f"CREATE DATABASE {quote(self.db + '_ref')}")
         defs = ", ".join(f"{s} {c.type.ddl}" for s, c in zip(self.safe, self.cols, strict=True))
@@ -211,7 +453,7 @@ class _Case:
                       "ELSE count(DISTINCT CASE WHEN sq <=> mx THEN eff END) > 1 END")
         query = (f"SELECT DISTINCT cmt FROM (SELECT cmt, {', '.join(keys)}, {effect} AS eff{seq_cols} "
                  f"FROM {self.changes} WHERE ct IS NULL OR ct <> '-U') GROUP BY {part} HAVING {having}")
-        return {r[0] for r in self.spark.sql(query).collect()}
+        return {r[0] for r in self.h.rows(self.h.submit("ambiguous", False, query))}
 
     def expected(self, upto: int) -> str:
         """The plain-Spark state after the accepted commits before ``upto``: a query over ``changes``."""
@@ -228,7 +470,14 @@ class _Case:
 
     # -- comparisons ---------------------------------------------------------------------------
 
-    def compare(self, stage: str, actual_from: str, expected_query: str, with_change_type: bool = False) -> None:
+    def compare(self, stage: str, actual_from: str, expected_query: str, with_change_type: bool = False,
+                distributed: bool = False) -> None:
+        self.compare_later(stage, actual_from, expected_query, with_change_type, distributed)()
+
+    def compare_later(self, stage: str, actual_from: str, expected_query: str, with_change_type: bool = False,
+                      distributed: bool = False) -> Callable[[], None]:
+        """Sends the comparison; the function returned waits for it and raises its divergence.
+        ``distributed``: the fresh view read in its distributed form."""
         a_cols = [comparable(quote(c.name), c.type) + f" AS c{i}" for i, c in enumerate(self.cols)]
         e_cols = [comparable(s, c.type) + f" AS c{i}" for i, (s, c) in enumerate(zip(self.safe, self.cols,
                                                                                         strict=True))]
@@ -237,21 +486,37 @@ class _Case:
             e_cols.append(f"ct AS c{len(e_cols)}")
         actual = f"SELECT {', '.join(a_cols)} FROM {actual_from}"
         expected = f"SELECT {', '.join(e_cols)} FROM ({expected_query})"
-        try:
+        # EXCEPT ALL both ways in one aggregate (one shuffle): rows grouped by Spark's equality, each
+        # group counted on both sides.
+        group = ", ".join(f"c{i}" for i in range(len(a_cols)))
+        text = (f"SELECT coalesce(sum(greatest(e - a, 0)), 0) AS missing, "
+                f"coalesce(sum(greatest(a - e, 0)), 0) AS extra FROM ("
+                f"SELECT {group}, sum(side) AS a, sum(1 - side) AS e FROM ("
+                f"SELECT *, 1 AS side FROM ({actual}) UNION ALL SELECT *, 0 AS side FROM ({expected})) "
+                f"GROUP BY {group} HAVING a <> e)")
+        request = self.h.submit("compare", distributed, text)
+
+        def finish() -> None:
             with self.h.step("compare"):
-                # EXCEPT ALL both ways in one aggregate (one shuffle): rows grouped by Spark's equality,
-                # each group counted on both sides.
-                group = ", ".join(f"c{i}" for i in range(len(a_cols)))
-                missing, extra = self.spark.sql(
-                    f"SELECT coalesce(sum(greatest(e - a, 0)), 0), coalesce(sum(greatest(a - e, 0)), 0) FROM ("
-                    f"SELECT {group}, sum(side) AS a, sum(1 - side) AS e FROM ("
-                    f"SELECT *, 1 AS side FROM ({actual}) UNION ALL SELECT *, 0 AS side FROM ({expected})) "
-                    f"GROUP BY {group} HAVING a <> e)").first()
-        except Exception as e:  # noqa: BLE001
-            raise divergence(f"{stage}-query-failed", f"{actual_from}: {str(e)[:1500]}{self.plain_view()}") from None
-        if missing or extra:
-            raise divergence(stage, f"{actual_from}: {missing} expected row(s) missing, {extra} unexpected;\n"
-                                    f"  tierlake: {self.show(actual)}\n  spark:    {self.show(expected)}")
+                try:
+                    (missing, extra), = self.h.rows(request)
+                    if (missing or extra) and request.batched:
+                        # Batched with other cases' reads: this case's difference is checked alone.
+                        (missing, extra), = self.h.alone(distributed, text)
+                        if not (missing or extra):
+                            raise divergence(f"{stage}-batched",
+                                             f"{actual_from}: differs from plain Spark when read in one query "
+                                             "with other cases' reads, not when read alone")
+                except Divergence:
+                    raise
+                except Exception as e:  # noqa: BLE001
+                    raise divergence(f"{stage}-query-failed",
+                                     f"{actual_from}: {str(e)[:1500]}{self.plain_view()}") from None
+            if missing or extra:
+                raise divergence(stage, f"{actual_from}: {missing} expected row(s) missing, {extra} unexpected;\n"
+                                        f"  tierlake: {self.show(actual, distributed)}\n"
+                                        f"  spark:    {self.show(expected)}")
+        return finish
 
     def plain_view(self) -> str:
         """Whether a plain Spark view over a plain Iceberg table of the same schema reads (for a fresh
@@ -259,15 +524,17 @@ class _Case:
         plain = f"{quote(self.db + '_ref')}.{quote(self.case.table)}"
         view = f"{quote(self.db + '_ref')}.plain_view"
         try:
-            self.spark.sql(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM {plain}")
-            self.spark.sql(f"SELECT * FROM {view}").collect()
+            spark = self.h.reference
+            spark.sql(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM {plain}")
+            spark.sql(f"SELECT * FROM {view}").collect()
             return "\n  (a plain Spark view over a plain Iceberg table of the same schema reads)"
         except Exception as e:  # noqa: BLE001
             return f"\n  (a plain Spark view over a plain Iceberg table of the same schema fails too: {str(e)[:300]})"
 
-    def show(self, query: str) -> list[str]:
+    def show(self, query: str, distributed: bool = False) -> list[str]:
         try:
-            return [r[0] for r in self.spark.sql(f"SELECT CAST(struct(*) AS STRING) FROM ({query}) LIMIT 12").collect()]
+            rows = self.h.alone(distributed, f"SELECT CAST(struct(*) AS STRING) FROM ({query}) LIMIT 12")
+            return [r[0] for r in rows]
         except Exception as e:  # noqa: BLE001
             return [f"(not shown: {str(e)[:200]})"]
 
@@ -281,22 +548,51 @@ class _Case:
             out += [f"CAST(min({expr}) AS STRING)", f"CAST(max({expr}) AS STRING)"]
         return out
 
-    def compare_aggregates(self, stage: str, relation: str, expected_query: str) -> None:
+    def compare_aggregates(self, stage: str, relation: str, expected_query: str, distributed: bool = False) -> None:
+        self.compare_aggregates_later(stage, relation, expected_query, distributed)()
+
+    def compare_aggregates_later(self, stage: str, relation: str, expected_query: str,
+                                 distributed: bool = False) -> Callable[[], None]:
         a_exprs, e_exprs, floats = ["CAST(count(*) AS STRING)"], ["CAST(count(*) AS STRING)"], [False]
         for s, c in zip(self.safe, self.cols, strict=True):
             a = self.aggregates(c, quote(c.name))
             a_exprs += a
             e_exprs += self.aggregates(c, s)
             floats += [c.type.kind == "float"] * len(a)
-        with self.h.step("aggregates"):
-            try:
-                actual = list(self.spark.sql(f"SELECT {', '.join(a_exprs)} FROM {relation}").first())
-            except Exception as e:  # noqa: BLE001
-                raise divergence(f"{stage}-query-failed", f"{relation}: {str(e)[:1500]}") from None
-            expected = list(self.spark.sql(f"SELECT {', '.join(e_exprs)} FROM ({expected_query})").first())
-        for name, x, y, fl in zip(e_exprs, actual, expected, floats, strict=True):
-            if not same_value(x, y, fl):
-                raise divergence(stage, f"{relation}: {name}: tierlake {x!r}, spark {y!r}")
+        # Each side's aggregates as one ARRAY<STRING> (the same expressions; one row type for every case).
+        actual_text = f"SELECT array({', '.join(a_exprs)}) AS v FROM {relation}"
+        expected_text = f"SELECT array({', '.join(e_exprs)}) AS v FROM ({expected_query})"
+        actual_request = self.h.submit("aggregates", distributed, actual_text)
+        expected_request = self.h.submit("aggregates", False, expected_text)
+
+        def differences(actual: list, expected: list) -> str | None:
+            for name, x, y, fl in zip(e_exprs, actual, expected, floats, strict=True):
+                if not same_value(x, y, fl):
+                    return f"{relation}: {name}: tierlake {x!r}, spark {y!r}"
+            return None
+
+        def finish() -> None:
+            with self.h.step("aggregates"):
+                try:
+                    actual = list(self.h.rows(actual_request)[0][0])
+                except Exception as e:  # noqa: BLE001
+                    raise divergence(f"{stage}-query-failed", f"{relation}: {str(e)[:1500]}") from None
+                expected = list(self.h.rows(expected_request)[0][0])
+                found = differences(actual, expected)
+                if found and (actual_request.batched or expected_request.batched):
+                    # Batched with other cases' reads: this case's difference is checked alone.
+                    try:
+                        actual = list(self.h.alone(distributed, actual_text)[0][0])
+                    except Exception as e:  # noqa: BLE001
+                        raise divergence(f"{stage}-query-failed", f"{relation}: {str(e)[:1500]}") from None
+                    expected = list(self.h.alone(False, expected_text)[0][0])
+                    if differences(actual, expected) is None:
+                        raise divergence(f"{stage}-batched", f"{found} in one query with other cases' reads; "
+                                                             "equal when read alone")
+                    found = differences(actual, expected)
+            if found:
+                raise divergence(stage, found)
+        return finish
 
     # -- tierlake's side -----------------------------------------------------------------------
 
@@ -391,8 +687,9 @@ class _Case:
         None, or why plain Spark and Iceberg cannot."""
         plain = f"{quote(self.db + '_ref')}.{quote(self.case.table)}"
         try:
-            self.spark.sql(f"INSERT INTO {plain} SELECT {', '.join(self.safe)} FROM {self.changes} WHERE cmt = 0")
-            self.spark.sql(f"SELECT * FROM {plain}").collect()
+            spark = self.h.reference
+            spark.sql(f"INSERT INTO {plain} SELECT {', '.join(self.safe)} FROM {self.changes} WHERE cmt = 0")
+            spark.sql(f"SELECT * FROM {plain}").collect()
             return None
         except Exception as e:  # noqa: BLE001
             return str(e).split("\n", 1)[0][:300]
@@ -425,7 +722,7 @@ class _Case:
         name = self.case.table.lower()
         for database in (self.db, f"{self.db}_lake", f"{self.db}_fresh"):
             try:
-                rows = self.spark.sql(f"SHOW TABLES IN {quote(database)}").collect()
+                rows = self.h.reference.sql(f"SHOW TABLES IN {quote(database)}").collect()
             except Exception:  # noqa: BLE001 - no such database
                 continue
             left += [f"{database}.{r.tableName}" for r in rows if not r.isTemporary and r.tableName.lower() == name]
@@ -449,12 +746,20 @@ class _Case:
         must_fail = self.poisoned is not None and self.poisoned < upto
         try:
             with self.h.step("round"):
-                handle = TableHandle.open(self.spark, server.config, state.path, state.table_id,
+                spark = self.h.spark
+                activate(spark)
+                handle = TableHandle.open(spark, server.config, state.path, state.table_id,
                                           state.tiering_epoch, "differential")
-                record = registered_record(self.spark, state.table_id)
+                record = registered_record(spark, state.table_id)
                 plan = plan_round(handle, registered=None if record is None else Registered(*record))
-                run_round(plan, check_epoch=lambda: None)
-                fresh_view.settle()
+                # As a worker does (tiering/worker.py): the re-pin scheduled after the round, which
+                # the harness waits for, so the view read next is the re-pinned one. The re-pin thread
+                # is given the table in the server's session: the process's one re-pin thread belongs
+                # to the session it is asked with, and cases side by side each tier in their own.
+                result = run_round(plan, check_epoch=lambda: None, defer_repin=True)
+                if result.commits or result.schema_changed:
+                    fresh_view.after_lake_commit(handle.in_session(server.spark))
+                settle_repin(handle)
             error = None
         except Exception as e:  # noqa: BLE001
             error = f"{type(e).__name__}: {e}"[:1500]
@@ -468,12 +773,15 @@ class _Case:
         self.compare("lake", self.lake, self.expected(self.tiered))
 
     def check_fresh(self, stage: str) -> None:
+        """The fresh view in its local and its distributed form, rows and aggregates: the four reads
+        sent at once (nothing changes between them), their divergences raised in this order."""
         expected = self.expected(len(self.case.commits))
-        self.compare(f"{stage}-local", self.fresh, expected)
-        self.compare_aggregates(f"{stage}-aggregates-local", self.fresh, expected)
-        with local_merge_rows(self.spark, 0):
-            self.compare(f"{stage}-distributed", self.fresh, expected)
-            self.compare_aggregates(f"{stage}-aggregates-distributed", self.fresh, expected)
+        for finish in [self.compare_later(f"{stage}-local", self.fresh, expected),
+                       self.compare_aggregates_later(f"{stage}-aggregates-local", self.fresh, expected),
+                       self.compare_later(f"{stage}-distributed", self.fresh, expected, distributed=True),
+                       self.compare_aggregates_later(f"{stage}-aggregates-distributed", self.fresh, expected,
+                                                     distributed=True)]:
+            finish()
 
     def write(self, i: int) -> None:
         commit = self.case.commits[i]
@@ -536,9 +844,6 @@ class _Case:
         self.tier(len(case.commits))
         if self.poisoned is None:
             self.compare("fresh-after-round", self.fresh, self.expected(len(case.commits)))
-        for conn in self.retry_conns:
-            with contextlib.suppress(Exception):
-                conn.close()
 
 
 def struct_field_names(columns: list[Column]) -> list[str]:
@@ -580,17 +885,20 @@ def same_value(x: str | None, y: str | None, floating: bool) -> bool:
     return a == b or math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-300)
 
 
-@contextlib.contextmanager
-def local_merge_rows(spark: Any, limit: int):
-    before = spark.conf.get(LOCAL_ROWS_CONF, None)
-    spark.conf.set(LOCAL_ROWS_CONF, str(limit))
-    try:
-        yield
-    finally:
-        if before is None:
-            spark.conf.unset(LOCAL_ROWS_CONF)
-        else:
-            spark.conf.set(LOCAL_ROWS_CONF, before)
+def settle_repin(handle: TableHandle, timeout: float = 120.0) -> None:
+    """Wait until the fresh-view re-pin of ``handle``'s table scheduled so far has run (not every
+    table's, as ``fresh_view.settle`` does: with cases side by side the queue never empties)."""
+    current = fresh_view._repinner  # the process's re-pin thread, read only
+    if current is None:
+        return
+    key = str(handle.stream).lower()  # Repinner.schedule's key
+    deadline = time.monotonic() + timeout
+    with current.cond:
+        while key in current.pending or current.running == key:
+            left = deadline - time.monotonic()
+            if left <= 0 or not current.thread.is_alive():
+                return
+            current.cond.wait(left)
 
 
 def timed(fn, *args) -> float:

@@ -18,7 +18,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, Phase, given, note, settings
 
-from tests.server.differential.harness import Harness
+from tests.server.differential.harness import Batcher, Harness
 from tests.server.differential.strategies import EXPLICIT_CASES, cases
 
 pytestmark = pytest.mark.integration
@@ -43,3 +43,45 @@ def test_issue_50_reproductions_give_what_plain_spark_gives(server, case):
     """Each of issue 50's reproductions as a case of the harness (its own test, so that one failing
     does not stop the generated cases above)."""
     Harness(server).run(case)
+
+
+def test_batched_reads_answer_as_each_read_alone(server):
+    """The long mode's batcher (harness.Batcher): reads sent as one ``UNION ALL`` get the rows each
+    read alone gets (NaN, -0.0, BINARY and an empty answer among them); a read that fails fails alone,
+    and the others of its batch still get their rows."""
+    spark = server.spark
+    spark.sql("CREATE DATABASE IF NOT EXISTS dfx_batcher")
+    spark.sql("CREATE TABLE IF NOT EXISTS dfx_batcher.t (k INT, d DOUBLE, b BINARY) USING iceberg")
+    spark.sql("INSERT INTO dfx_batcher.t VALUES (1, CAST('NaN' AS DOUBLE), X'AA'), (2, CAST('-0.0' AS DOUBLE), X''), "
+              "(3, 0.0, NULL)")
+    texts = [f"SELECT count(*) AS n, sum(k) AS s FROM dfx_batcher.t WHERE k >= {k}" for k in (1, 2, 4)]
+    texts.append("SELECT count(*) AS n, count(DISTINCT d) AS s FROM dfx_batcher.t")
+    texts.append("SELECT count(*) AS n, sum(k) AS s FROM dfx_batcher.missing_table")
+    batcher = Batcher(spark, max_wait=30)
+    try:
+        with batcher.case():
+            requests = [batcher.submit("pairs", False, text) for text in texts]
+            answers = []
+            for request in requests:
+                try:
+                    answers.append(batcher.wait(request))
+                except Exception as e:  # noqa: BLE001 - the failing read
+                    answers.append(e)
+    finally:
+        batcher.stop()
+    alone = [spark.sql(text).collect() for text in texts[:-1]]
+    assert [[tuple(r) for r in rows] for rows in answers[:-1]] == [[tuple(r) for r in rows] for rows in alone]
+    assert [tuple(r) for r in answers[3]] == [(3, 2)]  # NaN one value, -0.0 = 0.0
+    assert isinstance(answers[-1], Exception) and "missing_table" in str(answers[-1])
+    assert batcher.batches == 0 and batcher.alone == len(texts)  # the failing batch sent again, one by one
+    # Without the failing read: one batch.
+    batcher = Batcher(spark, max_wait=30)
+    try:
+        with batcher.case():
+            requests = [batcher.submit("pairs", False, text) for text in texts[:-1]]
+            again = [batcher.wait(request) for request in requests]
+    finally:
+        batcher.stop()
+    assert [[tuple(r) for r in rows] for rows in again] == [[tuple(r) for r in rows] for rows in alone]
+    assert batcher.batches == 1 and all(r.batched for r in requests)
+    spark.sql("DROP DATABASE dfx_batcher CASCADE")
