@@ -146,7 +146,14 @@ def main(argv: list[str] | None = None) -> int:
     # Each case drawn on its own from the same strategy as the default suite, from its own seed
     # (Hypothesis's generate phase mutates earlier examples, so its consecutive cases look alike);
     # never shrunk: the long mode counts, the default suite shrinks.
+    draw_lock = threading.Lock()  # Hypothesis draws one at a time (its lambda descriptions parse source: not
+    # thread-safe, "AST constructor recursion depth mismatch")
+
     def draw(i: int):
+        with draw_lock:
+            return draw_alone(i)
+
+    def draw_alone(i: int):
         for attempt in range(100):  # a draw a filter rejects is drawn again from the next seed
             data = ConjectureData(random=random.Random((args.seed * 1_000_003 + i) * 101 + attempt))
             try:
@@ -216,7 +223,12 @@ def main(argv: list[str] | None = None) -> int:
                     if not pending or expired():
                         return
                     i = pending.pop(0)
-                one(i if isinstance(i, Case) else draw(i))
+                try:
+                    case = i if isinstance(i, Case) else draw(i)
+                except Exception:  # noqa: BLE001 - not a case: said, and the thread goes on
+                    print(f"DRAW FAILED for case {i}: {traceback.format_exc(limit=2)}", flush=True)
+                    continue
+                one(case)
 
         workers = [threading.Thread(target=loop) for _ in range(max(1, args.threads))]
         for t in workers:
