@@ -80,7 +80,7 @@ from tierlake.server.exceptions import ConcurrentUpdateError
 from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.javaext import INCREMENTAL_CATALOG_NAME
 from tierlake.server.runtime.jvm import jclass, string_map
-from tierlake.server.runtime.session import activate, iceberg_table
+from tierlake.server.runtime.session import activate, iceberg_table, private_session
 
 log = logging.getLogger("tierlake.fresh")
 
@@ -705,6 +705,7 @@ class Repinner:
 
     def __init__(self, spark: Any):
         self.spark = spark
+        self.context = getattr(spark, "sparkContext", spark)  # what repinner() keys this thread by
         self.cond = threading.Condition()
         self.pending: dict[str, TableHandle] = {}
         self.running: str | None = None
@@ -766,11 +767,22 @@ _repinner_guard = threading.Lock()
 
 
 def repinner(spark: Any) -> Repinner:
-    """The re-pin thread of this process's Spark session (a new session gets a new one)."""
+    """The re-pin thread of this process's Spark (one per SparkContext, whichever of its sessions asks).
+
+    Keyed by the session, every round thread's session (tierlake.tiering.tables-per-job of them per
+    job) made a new thread when it followed another's, and the old one waited forever: 20 threads after
+    10 alternations. The thread re-pins in a session of its own, cloned once from the first asker's:
+    a round thread's session goes on to its next round with settings a view would capture. A new
+    SparkContext (tests restart Spark) gets a new thread and the old one ends."""
     global _repinner
+    context = getattr(spark, "sparkContext", spark)
     with _repinner_guard:
-        if _repinner is None or _repinner.spark is not spark or _repinner.stopping:
-            _repinner = Repinner(spark)
+        if _repinner is None or _repinner.context is not context or _repinner.stopping:
+            old = _repinner
+            _repinner = Repinner(private_session(spark) if hasattr(spark, "_jsparkSession") else spark)
+            _repinner.context = context
+            if old is not None and not old.stopping:
+                old.stop(timeout=0)
         return _repinner
 
 

@@ -88,6 +88,32 @@ def test_one_process_thread_per_spark_session():
     assert fresh_view.settle(timeout=0.1)
 
 
+def test_the_sessions_of_one_spark_share_one_re_pin_thread():
+    """Round threads each have their own session of one SparkContext: alternating between them made a
+    new re-pin thread each time, the old ones waiting forever."""
+
+    class Session:
+        def __init__(self, context):
+            self.sparkContext = context
+
+    context = object()
+    one, two = Session(context), Session(context)
+    before = {t.ident for t in threading.enumerate() if t.name == "tierlake-fresh-repin"}
+    try:
+        first = fresh_view.repinner(one)
+        for _ in range(10):
+            assert fresh_view.repinner(two) is first
+            assert fresh_view.repinner(one) is first
+        live = [t for t in threading.enumerate() if t.name == "tierlake-fresh-repin" and t.ident not in before]
+        assert len(live) == 1
+        other = fresh_view.repinner(Session(object()))  # another SparkContext: a new thread, the old one ends
+        assert other is not first
+        first.thread.join(5)
+        assert not first.thread.is_alive()
+    finally:
+        fresh_view.stop_repins()
+
+
 def test_a_tables_re_pins_and_drop_are_serialised(monkeypatch):
     # The lock a re-pin holds while it reads the lake and writes the view.
     stream = TablePath("db", "t")
