@@ -42,7 +42,7 @@ from hypothesis.errors import StopTest
 from hypothesis.internal.conjecture.data import ConjectureData
 
 from bench.common import start_server
-from tests.server.differential.harness import Batcher, Divergence, Harness, harness_session
+from tests.server.differential.harness import Batcher, Divergence, Harness, harness_session, short_retention
 from tests.server.differential.strategies import EXPLICIT_CASES, Case, cases
 from tierlake.server.changelog import lake_write
 from tierlake.server.runtime.session import private_session
@@ -231,10 +231,11 @@ def main(argv: list[str] | None = None) -> int:
                 one(case)
 
         workers = [threading.Thread(target=loop) for _ in range(max(1, args.threads))]
-        for t in workers:
-            t.start()
-        for t in workers:
-            t.join()
+        with short_retention(server.spark, server):  # the `retention` retries wait past it
+            for t in workers:
+                t.start()
+            for t in workers:
+                t.join()
         if batcher is not None:
             batcher.stop()
             totals.update(batched=batcher.batched, batches=batcher.batches, alone=batcher.alone)

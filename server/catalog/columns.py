@@ -11,8 +11,36 @@ from tierlake.server.runtime.jvm import jclass
 
 
 def columns_of(schema: Any) -> list[Column]:
-    """A Spark schema's columns, typed with Spark SQL type text."""
-    return [Column(f.name, f.dataType.simpleString()) for f in schema.fields]
+    """A Spark schema's columns, typed with Spark SQL type text (:func:`type_text`)."""
+    return [Column(f.name, type_text(f.dataType)) for f in schema.fields]
+
+
+def type_text(data_type: Any) -> str:
+    """Spark SQL type text of a Spark data type, as ``simpleString()`` writes it but with a STRUCT field
+    name back-quoted where it is not a plain identifier: ``simpleString()`` leaves ``struct<select:double>``
+    unquoted, which a DDL statement cannot parse (a tiered CTAS whose query has such a field failed)."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(data_type, StructType):
+        return "struct<" + ",".join(f"{_field_name(f.name)}:{type_text(f.dataType)}" for f in data_type.fields) + ">"
+    if isinstance(data_type, ArrayType):
+        return f"array<{type_text(data_type.elementType)}>"
+    if isinstance(data_type, MapType):
+        return f"map<{type_text(data_type.keyType)},{type_text(data_type.valueType)}>"
+    return data_type.simpleString()
+
+
+def _field_name(name: str) -> str:
+    import sqlglot
+    from sqlglot.tokens import TokenType
+
+    try:
+        tokens = sqlglot.tokenize(name, read="spark")
+    except Exception:  # noqa: BLE001 - not a token at all: quoted
+        tokens = []
+    if len(tokens) == 1 and tokens[0].token_type == TokenType.VAR and tokens[0].text == name:
+        return name
+    return "`" + name.replace("`", "``") + "`"
 
 
 def struct_fields(data_type: Any) -> list[str]:

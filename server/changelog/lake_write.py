@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from tierlake import sql
+from tierlake.server.catalog import reads
 from tierlake.server.catalog.columns import bucket_field
 from tierlake.server.catalog.spec import CHANGE_TYPE, CHANGE_TYPES, Column
 from tierlake.server.catalog.table_path import TablePath
@@ -185,11 +186,10 @@ def _changes(handle: TableHandle, changes: Chunk, columns: list[Carried]) -> Any
         # range's appends: one scan (a union of two scans loses the buckets a bucketed MERGE keeps,
         # see BUCKETED_MERGE_CONF).
         start = end if not changes.rewritten or not changes.commits else changes.commits[0].snapshot_id
-        frame = spark.read.format("iceberg").option("snapshot-id", str(start)).load(stream.quoted)
+        frame = reads.at_snapshot(spark, stream, start)
         parts.append(lake_schema.project(frame, lake_schema.read_fields(table, start), columns))
     if start != end:
-        frame = (spark.read.format("iceberg").option("start-snapshot-id", str(start))
-                 .option("end-snapshot-id", str(end)).load(stream.quoted))
+        frame = reads.between(spark, stream, start, end)
         fields = lake_schema.read_fields(table, None)
         if list(fields.values()) != frame.columns:
             fields = lake_schema.read_fields(handle.fresh_stream(), None)

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tierlake import sql
-from tierlake.server.catalog import field_ids
+from tierlake.server.catalog import field_ids, reads
 from tierlake.server.catalog.properties import LOG_START_PROPERTY, MAINTENANCE, SOURCE_POSITION
 from tierlake.server.catalog.spec import CHANGE_TYPE, CHANGE_TYPES, TieredSpec
 from tierlake.server.catalog.table_path import TablePath
@@ -204,10 +204,7 @@ def _as_of(spark: Any, path: TablePath, table: Any, snapshot_id: int | None,
     carried to the lake or KV table) is found there by its field id; one added since is NULL."""
     from pyspark.sql import functions as F
 
-    reader = spark.read.format("iceberg")
-    if snapshot_id is not None:
-        reader = reader.option("snapshot-id", str(snapshot_id))
-    frame = reader.load(path.quoted)
+    frame = reads.at_snapshot(spark, path, snapshot_id)
     now = {name.lower(): fid for fid, name in field_ids.schema_fields(table.schema()).items()}
     then = lake_schema.read_fields(table, snapshot_id)
     out = []

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from tierlake.server.catalog import reads
 from tierlake.server.catalog.properties import LAKE_TIERED_POSITION
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
@@ -117,14 +118,13 @@ def stream_rows(spark: Any, target: Target) -> int:
     sid = target.stream_snapshot_id or stream_snapshot_at(spark, target.stream, target.position)
     if sid is None:
         return 0
-    return spark.read.format("iceberg").option("snapshot-id", str(sid)).load(target.stream.quoted).count()
+    return reads.at_snapshot(spark, target.stream, sid).count()
 
 
 def _lake_frame(spark: Any, target: Target) -> Any:
-    reader = spark.read.format("iceberg")
     if target.ref != "main":
-        reader = reader.option("branch", target.ref)
-    return reader.load(target.lake.quoted)
+        return reads.on_branch(spark, target.lake, target.ref)
+    return reads.at_snapshot(spark, target.lake, None)
 
 
 def _lake_snapshot(spark: Any, target: Target) -> tuple[int | None, int]:

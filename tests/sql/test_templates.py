@@ -129,6 +129,8 @@ CASES = {
         guard="tierlake: it's refused")),
     "drop_view": ("templates/drop_view.sql.j2", dict(view=["shop_fresh", "or`ders"])),
     "drop_table_purge": ("templates/drop_table.sql.j2", dict(table=["sys", "ctas_0123456789ab_lake"], purge=True)),
+    "read_table_at_snapshot": ("templates/read_table.sql.j2", dict(table=["shop", "a/b`c"], version=7123)),
+    "read_table_now": ("templates/read_table.sql.j2", dict(table=["shop", "orders"], version=None)),
 }
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
 
 from tierlake.server.catalog.properties import BUCKETS, ENABLED, PRIMARY_KEY, SEQUENCE_BY, governed, validate
 from tierlake.server.catalog.spec import Column
@@ -101,11 +102,29 @@ def parse_tiered_create(statement: str, current_database: str = "default") -> Ti
                 raise SqlSyntaxError(f"unsupported column definition {col.sql(dialect='spark')}")
             text = " ".join([col.args["kind"].sql(dialect="spark"), *(c.sql(dialect="spark") for c in col.constraints)])
             columns.append(Column(col.name.lower(), text))
-    select = tree.expression.sql(dialect="spark") if tree.expression is not None else None
+    select = _query_text(statement) if tree.expression is not None else None
     if not columns and select is None:
         raise SqlSyntaxError("a tiered table needs columns")
     return TieredCreate(TablePath(parts[0].lower(), parts[1].lower()), columns, properties,
                         bool(tree.args.get("exists")), select)
+
+
+def _query_text(statement: str) -> str:
+    """The query of a ``CREATE TABLE … AS <query>`` exactly as the client wrote it: the text after the
+    first ``AS`` outside parentheses (not ``STORED AS``). Never sqlglot's regeneration of it, which is not
+    Spark's text: it rewrote ``named_struct('select', …)`` as ``STRUCT(… AS select)``, which Spark cannot
+    parse, and a valid CTAS was refused."""
+    depth, previous = 0, None
+    for token in sqlglot.tokenize(statement, read="spark"):
+        kind = token.token_type
+        if kind in (TokenType.L_PAREN, TokenType.L_BRACKET):
+            depth += 1
+        elif kind in (TokenType.R_PAREN, TokenType.R_BRACKET):
+            depth -= 1
+        elif depth == 0 and kind == TokenType.ALIAS and (previous is None or previous.text.upper() != "STORED"):
+            return statement[token.end + 1:].strip().rstrip(";").strip()
+        previous = token
+    raise SqlSyntaxError("cannot find the query of CREATE TABLE … AS")
 
 
 # Text that may name a property the registry checks (properties.governed).

@@ -17,7 +17,9 @@ SQL computes what each step must give:
 
 And tierlake is driven as a user and a worker would: DDL and writes through the gateway (PyHive),
 every statement form (``VALUES``, ``INSERT … SELECT``, CTAS) and a ``tierlake.write.request-id``
-retried sequentially (a second connection) or concurrently; rounds as a worker runs them
+retried sequentially (a second connection), concurrently, after the process's committers are dropped
+(as after a restart), after the id's retention, after the first attempt was cancelled, and after its
+client went away (strategies.RETRIES); rounds as a worker runs them
 (``TableHandle.open`` on the coordinator's path, the planner with the coordinator's record,
 ``run_round``); the fresh view read in its local form (pending changes merged in the driver) and its
 distributed form (``spark.tierlake.fresh.local-merge-rows`` = 0).
@@ -40,15 +42,78 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from tests.server.differential.strategies import Case, Column, SqlType, quote, string_literal
+from tests.server.differential.strategies import Case, Column, Commit, SqlType, quote, string_literal
 from tierlake.server.changelog import fresh_view
 from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.planner import Registered, plan_round
 from tierlake.server.coordinator.registration import registered_record
-from tierlake.server.runtime.session import activate, private_session
+from tierlake.server.runtime.javaext import STREAM_INGEST
+from tierlake.server.runtime.jvm import jclass
+from tierlake.server.runtime.session import activate, iceberg_table, private_session
 from tierlake.server.tiering.round import run_round
 
 LOCAL_ROWS_CONF = "spark.tierlake.fresh.local-merge-rows"  # FreshMerge.LOCAL_ROWS_CONF
+# The request-id retention the harness runs with (:func:`short_retention`): the ``retention`` retry waits
+# past it, so its retry is answered from the snapshot that committed the id, which is kept.
+RETENTION_SECONDS = 1.0
+
+
+class _SharedOrExclusive:
+    """Attempts of one request id in flight at once (``shared``) never see the committers dropped by
+    another case's ``restart`` retry (``exclusive``): a real restart ends every attempt in flight, so two
+    committers of one table never hold one id's attempts."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._exclusive = False
+
+    @contextlib.contextmanager
+    def shared(self):
+        with self._cond:
+            self._cond.wait_for(lambda: not self._exclusive)
+            self._shared += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self):
+        with self._cond:
+            self._cond.wait_for(lambda: not self._exclusive and self._shared == 0)
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
+COMMITTERS = _SharedOrExclusive()
+
+
+def forget_committers(spark: Any) -> None:
+    """Every stream table's committer dropped, as a new server starts without them: the next statement's
+    committer knows a request id only from the table's snapshots and ``sys.write_requests``."""
+    jclass(STREAM_INGEST, spark.sparkContext._jvm).reset()
+
+
+@contextlib.contextmanager
+def short_retention(spark: Any, server: Any):
+    """The server's request-id retention set to :data:`RETENTION_SECONDS` meanwhile (a server setting;
+    the committer's is set directly, as tests/server/ingest/test_request_ids.py does)."""
+    ingest = jclass(STREAM_INGEST, spark.sparkContext._jvm)
+    ledger = iceberg_table(spark, "sys.write_requests")
+    retention_ms = int(server.config.duration("tierlake.write.request-id-retention").total_seconds() * 1000)
+    ingest.configureLedger(ledger, int(RETENTION_SECONDS * 1000))
+    try:
+        yield
+    finally:
+        ingest.configureLedger(ledger, retention_ms)
 _counter = itertools.count()
 
 
@@ -402,6 +467,9 @@ class _Case:
         self.poisoned: int | None = None  # first accepted commit a round must refuse
         self.tiered = 0                  # commits the lake holds
         self.retry_conns: list[Any] = []
+        self.deferred: tuple | None = None  # a `retention` retry not sent yet (send, retry_deferred)
+        self.new_deferred: tuple | None = None
+        self.refused_deferred = False
 
     # -- reference -----------------------------------------------------------------------------
 
@@ -620,16 +688,38 @@ class _Case:
         return (f"INSERT INTO {self.target} ({self.insert_columns()}) SELECT {select} FROM {self.changes} "
                 f"WHERE cmt = {i}")
 
-    def send(self, i: int) -> list[str | None]:
-        """Each attempt's outcome (None: acknowledged)."""
+    def send(self, i: int) -> list[tuple[str, str | None]]:
+        """The outcome of each attempt whose outcome is known (None: acknowledged), with its label. A
+        cancelled first attempt, or one whose client went away, may or may not have committed: only its
+        retry's outcome is known, and the stream must then hold the rows once."""
         commit, text = self.case.commits[i], self.statement(i)
         if commit.retry is None:
-            return [self.h.execute(self.main, text)]
+            return [("the only attempt", self.h.execute(self.main, text))]
         while len(self.retry_conns) < 2:
             self.retry_conns.append(self.h.connect())
         request_id = f"dfx-{uuid.uuid4().hex[:12]}"
+        first, second = self.retry_conns
+        labels = [f"attempt {k} of 2 ({commit.retry})" for k in (1, 2)]
         if commit.retry == "sequential":
-            return [self.h.execute(conn, text, request_id) for conn in self.retry_conns]
+            return list(zip(labels, [self.h.execute(conn, text, request_id) for conn in self.retry_conns],
+                            strict=True))
+        if commit.retry == "restart":
+            outcome = self.h.execute(first, text, request_id)
+            with COMMITTERS.exclusive():  # no other case's attempts of one id in flight meanwhile
+                forget_committers(self.h.server.spark)
+            return list(zip(labels, [outcome, self.h.execute(second, text, request_id)], strict=True))
+        if commit.retry == "retention":
+            # The retry is sent once the id's retention has passed and another commit of the table (the
+            # case's next, which makes the committer prune its ids) has landed: :meth:`retry_deferred`.
+            self.new_deferred = (i, text, request_id, labels[1], time.monotonic() + RETENTION_SECONDS + 1.2)
+            return [(labels[0], self.h.execute(first, text, request_id))]
+        with COMMITTERS.shared():
+            if commit.retry == "concurrent":
+                return list(zip(labels, self.at_once(text, request_id), strict=True))
+            self.give_up(commit, text, request_id)
+            return [(labels[1], self.h.execute(second, text, request_id))]
+
+    def at_once(self, text: str, request_id: str) -> list[str | None]:
         outcomes: list[str | None] = [None, None]
         barrier = threading.Barrier(2)
 
@@ -648,6 +738,41 @@ class _Case:
         for t in threads:
             t.join(timeout=600)
         return outcomes
+
+    def give_up(self, commit: Commit, text: str, request_id: str) -> None:
+        """The first attempt sent asynchronously, then after ``commit.delay`` seconds cancelled by its
+        client (``cancelled``: Thrift CancelOperation, waited for until the operation ends) or given up
+        with its connection (``disconnected``: the socket closed without closing the session, as a client
+        that was killed)."""
+        from pyhive import hive
+
+        if commit.retry == "disconnected":
+            conn = hive.connect("127.0.0.1", self.h.port, username="differential")
+        else:
+            conn = self.retry_conns[0]
+        cursor = conn.cursor()
+        try:
+            cursor.execute(f"SET `tierlake.write.request-id`={request_id}")
+            cursor.execute(text, async_=True)
+            time.sleep(commit.delay)
+            if commit.retry == "disconnected":
+                conn._transport.close()
+                return
+            cursor.cancel()
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                state = cursor.poll().operationState
+                if state not in (0, 1, 6):  # INITIALIZED, RUNNING, PENDING: not ended yet
+                    return
+                time.sleep(0.05)
+            raise divergence("cancel-hangs", f"{text}\n  still running 120 s after its cancel")
+        except Divergence:
+            raise
+        except Exception as e:  # noqa: BLE001 - whatever the first attempt's end, its retry decides
+            self.case.notes.append(f"first attempt ({commit.retry}): {type(e).__name__}: {str(e)[:200]}")
+        finally:
+            with contextlib.suppress(Exception):
+                cursor.close()
 
     def create(self) -> bool:
         """The tiered table, by CREATE or by CTAS (its first commit); False when it must not exist."""
@@ -789,17 +914,18 @@ class _Case:
         # An INSERT … SELECT of such changes is not checked at INSERT (docs/ingest.md): the round fails
         # on it instead; refusing it at INSERT is as good.
         may_refuse = i in self.ambiguous and commit.form == "select"
+        if self.deferred is not None:  # past the retention before this commit, which prunes the committer's ids
+            time.sleep(max(0.0, self.deferred[4] - time.monotonic()))
         with self.h.step("write"):
             outcomes = self.send(i)
-        if may_refuse and all(error is not None for error in outcomes):
+        if may_refuse and all(error is not None for _, error in outcomes):
             refused = True
-        for k, error in enumerate(outcomes):
-            attempt = f"attempt {k + 1} of {len(outcomes)} ({commit.retry or 'once'})"
+        for k, (attempt, error) in enumerate(outcomes):
             if refused and error is None:
                 raise divergence("unordered-values-accepted",
                                  f"commit {i}, {attempt}: acknowledged, but it changes a key in ways no order decides")
             if not refused and error is not None:
-                stage = "retry-refused" if k else "write-refused"
+                stage = "retry-refused" if k or commit.retry in ("cancelled", "disconnected") else "write-refused"
                 raise divergence(stage, f"commit {i} ({commit.form}), {attempt}: {error}")
         if not refused:
             self.accepted.append(i)
@@ -807,6 +933,27 @@ class _Case:
                 self.poisoned = i
         if commit.retry:
             self.check_stream(f"retry-{commit.retry}-{commit.form}")
+        if self.deferred is not None:  # an earlier commit's, due now that this one landed
+            self.retry_deferred()
+        if self.new_deferred is not None:
+            self.deferred, self.new_deferred, self.refused_deferred = self.new_deferred, None, refused
+            if i == len(self.case.commits) - 1:  # no commit after it: the retry after the retention only
+                time.sleep(max(0.0, self.deferred[4] - time.monotonic()))
+                self.retry_deferred()
+
+    def retry_deferred(self) -> None:
+        """The ``retention`` retry of an earlier commit, sent now: it must be answered as its first attempt
+        was (acknowledged, nothing written; or refused again), from the snapshot that committed the id."""
+        i, text, request_id, label, _ = self.deferred
+        self.deferred = None
+        commit = self.case.commits[i]
+        error = self.h.execute(self.retry_conns[1], text, request_id)
+        if self.refused_deferred and error is None:
+            raise divergence("unordered-values-accepted", f"commit {i}, {label}: acknowledged, but it changes a key "
+                                                          "in ways no order decides")
+        if not self.refused_deferred and error is not None:
+            raise divergence("retry-refused", f"commit {i} ({commit.form}), {label}: {error}")
+        self.check_stream(f"retry-retention-{commit.form}")
 
     def check_stream(self, stage: str = "stream") -> None:
         self.compare(stage, self.target, f"SELECT * FROM {self.changes} WHERE cmt IN "

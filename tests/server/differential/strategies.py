@@ -209,7 +209,15 @@ def nullable(t: SqlType) -> st.SearchStrategy[str]:
 
 CHANGE_TYPES = ["+I", "-U", "+U", "-D", None]
 FORMS = ["values", "select"]          # CTAS: first commit only
-RETRIES = [None, None, None, "sequential", "concurrent"]
+# How a commit is sent (one tierlake.write.request-id, two attempts; harness._Case.send): None once;
+# sequential (a second connection after the first is answered); concurrent (two at once); restart (the
+# second after the process's committers are dropped, as a new server's: the id is found in the snapshot);
+# retention (the second once the id's retention has passed and the case's next commit has made the
+# committer prune its ids: found in the snapshot, which is kept);
+# cancelled (the first cancelled by its client after `delay` seconds); disconnected (the first's
+# connection dropped after `delay` seconds, the client gone). Each must leave the rows exactly once.
+RETRIES = [None, None, None, None, "sequential", "concurrent", "restart", "retention", "cancelled", "disconnected"]
+DELAYS = [0.0, 0.05, 0.2, 0.6]  # seconds before a cancel or a disconnect
 
 
 @dataclass(frozen=True)
@@ -221,8 +229,9 @@ class Column:
 @dataclass
 class Commit:
     form: str                       # values | select | ctas
-    retry: str | None               # None | sequential | concurrent (one tierlake.write.request-id sent twice)
+    retry: str | None               # None | one of RETRIES (one tierlake.write.request-id sent twice)
     rows: list[tuple]               # (literal per column..., change type or None)
+    delay: float = 0.0              # cancelled, disconnected: seconds before the first attempt is given up
 
 
 @dataclass
@@ -247,7 +256,8 @@ class Case:
                + (f" sequence-by {self.sequence_by!r}" if self.sequence_by else "")
                + f"; round after commit {self.cut}"]
         for i, c in enumerate(self.commits):
-            out.append(f"  commit {i}: {c.form}" + (f" retried {c.retry}" if c.retry else ""))
+            out.append(f"  commit {i}: {c.form}" + (f" retried {c.retry}" if c.retry else "")
+                       + (f" after {c.delay} s" if c.retry in ("cancelled", "disconnected") else ""))
             for r in c.rows:
                 out.append("    (" + ", ".join(r[:-1]) + f") {r[-1]!r}")
         return "\n".join(out)
@@ -302,7 +312,8 @@ def cases(draw, max_commits: int = 4, max_rows: int = 4):
         # A CTAS into a primary-key table writes upserts (the query gives no change type).
         rows = draw(st.lists(row(form == "ctas"), min_size=1, max_size=max_rows))
         retry = None if form == "ctas" else draw(st.sampled_from(RETRIES))
-        commits.append(Commit(form, retry, rows))
+        delay = draw(st.sampled_from(DELAYS)) if retry in ("cancelled", "disconnected") else 0.0
+        commits.append(Commit(form, retry, rows, delay))
     cut = draw(st.integers(0, len(commits)))
     return Case(table, columns, keys, sequence_by, commits, cut)
 
@@ -341,4 +352,25 @@ EXPLICIT_CASES = [
          name="select-retried-sequentially"),
     Case("t", [Column("v", _INT)], [], None, [Commit("select", "concurrent", [("CAST(1 AS INT)", None)])], 0,
          name="select-retried-concurrently"),
+    # Retried after a restart, after the id's retention, after a cancel, after the client went away; and
+    # the two cases of the long run (seed 5) a round or a CTAS failed on.
+    Case("t", [Column("v", _INT)], [], None, [Commit("values", "restart", [("CAST(1 AS INT)", None)]),
+                                              Commit("select", "restart", [("CAST(2 AS INT)", None)])], 1,
+         name="retried-after-a-restart"),
+    Case("t", [Column("v", _INT)], [], None, [Commit("select", "retention", [("CAST(1 AS INT)", None)]),
+                                              Commit("values", "retention", [("CAST(2 AS INT)", None)]),
+                                              Commit("values", None, [("CAST(3 AS INT)", None)])], 0,
+         name="retried-after-the-retention"),
+    Case("t", [Column("v", _INT)], [], None, [Commit("select", "cancelled", [("CAST(1 AS INT)", None)], 0.05),
+                                              Commit("values", "cancelled", [("CAST(2 AS INT)", None)], 0.0)], 0,
+         name="retried-after-a-cancel"),
+    Case("t", [Column("v", _INT)], [], None, [Commit("select", "disconnected", [("CAST(1 AS INT)", None)], 0.2),
+                                              Commit("values", "disconnected", [("CAST(2 AS INT)", None)], 0.0)], 0,
+         name="retried-after-a-disconnect"),
+    Case("a/b", [Column("z", SqlType("STRING", "string"))], ["z"], None,
+         [Commit("values", None, [("'a'", "+I")]), Commit("select", None, [("'a'", "+U")])], 2,
+         name="pk-table-named-a-slash-b"),
+    Case("t", [Column("y", SqlType("STRUCT<`select`: DOUBLE>", "struct", (("select", _DOUBLE),)))], [], None,
+         [Commit("ctas", None, [("CAST(struct(CAST('1.0' AS DOUBLE)) AS STRUCT<`select`: DOUBLE>)", None)])], 1,
+         name="ctas-struct-field-select"),
 ]

@@ -18,12 +18,19 @@ import os
 import pytest
 from hypothesis import HealthCheck, Phase, given, note, settings
 
-from tests.server.differential.harness import Batcher, Harness
+from tests.server.differential.harness import Batcher, Harness, short_retention
 from tests.server.differential.strategies import EXPLICIT_CASES, cases
 
 pytestmark = pytest.mark.integration
 
 EXAMPLES = int(os.environ.get("TIERLAKE_DIFFERENTIAL_EXAMPLES", "25"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _short_retention(server):
+    """The ``retention`` retries wait past a request-id retention of a second (harness.short_retention)."""
+    with short_retention(server.spark, server):
+        yield
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None, print_blob=True,

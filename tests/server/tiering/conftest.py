@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import running_workers
 from tierlake.server.catalog import properties as P
-from tierlake.server.catalog.table_path import parse_table_path
+from tierlake.server.catalog.table_path import TablePath, parse_table_path
 from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.runtime.session import iceberg_table
 
@@ -32,7 +32,7 @@ def handle(spark, table: str, chunk_rows: int | None = None, **assignment) -> Ta
     commit instead of the table's."""
     stream = parse_table_path(table)
     overrides = {} if chunk_rows is None else {P.CHUNK_ROWS: chunk_rows}
-    return TableHandle(spark, stream, parse_table_path(f"{stream.database}_lake.{stream.table}"), overrides=overrides,
+    return TableHandle(spark, stream, TablePath(f"{stream.database}_lake", stream.table), overrides=overrides,
                        **assignment)
 
 

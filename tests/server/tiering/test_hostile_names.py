@@ -20,6 +20,7 @@ import itertools
 import pytest
 from pyhive import exc
 
+from tests.security.test_lake_validate import comparison
 from tests.server.tiering.conftest import run
 from tests.server.tiering.test_fresh_views import force_round, local_merge_rows
 from tierlake.server.catalog.table_path import TablePath
@@ -315,3 +316,46 @@ def test_a_ctas_failing_after_it_registered_leaves_nothing_and_runs_again(server
     monkeypatch.undo()
     run(hive_cursor, statement)
     assert read(spark, f"{db}_fresh.c") == [(1, "x")]
+
+
+@pytest.mark.parametrize("pk", [False, True], ids=["log", "pk"])
+def test_a_ctas_with_struct_fields_named_by_keywords_is_created_tiered_and_read(server, hive_cursor, spark, db, pk):
+    """Found by the differential harness's long run (cases 45 and 540 of seed 5): a tiered CTAS whose query
+    has a STRUCT field named `select` was refused, "rendered invalid SQL: Expecting >": the columns' types
+    came from Spark's ``simpleString()``, which leaves field names unquoted (``struct<select:double>``), and
+    the gateway sent Spark sqlglot's regeneration of the query instead of the client's text, which rewrote
+    ``named_struct('select', …)`` as ``STRUCT(… AS select)`` (refused, "cannot parse the query") and
+    ``1L`` as ``TRY_CAST(1 AS BIGINT)``."""
+    props = "'table.datalake.enabled'='true'" + (", 'primary-key'='id', 'bucket.num'='2'" if pk else "")
+    struct = "STRUCT<`select`: DOUBLE, `from`: ARRAY<STRUCT<`int`: INT, x: INT>>, `order`: MAP<STRING, INT>>"
+    value = ("CAST(named_struct('select', 1.5D, 'from', array(named_struct('int', 2, 'x', 3)), "
+             f"'order', map('k', 4)) AS {struct})")
+    run(hive_cursor, f"CREATE TABLE {db}.made TBLPROPERTIES ({props}) AS SELECT 1L AS id, {value} AS s")
+    run(hive_cursor, f"INSERT INTO {db}.made (id, s{', _change_type' if pk else ''}) "
+                     f"SELECT 2L, {value}{', NULL' if pk else ''}")
+    force_round(spark, f"{db}.made")
+    s = (1.5, [(2, 3)], {"k": 4})
+    want = [(1, s), (2, s)]
+    assert read(spark, f"{db}.made") == [r + ((None,) if pk else ()) for r in want]
+    assert read(spark, f"{db}_lake.made") == want
+    assert read(spark, f"{db}_fresh.made") == want
+
+
+def test_a_primary_key_table_named_with_a_slash_tiers_many_commits_and_validates(server, hive_cursor, spark, db):
+    """Found by the differential harness's long run (case 581 of seed 5): a primary-key table named `a/b`
+    was created and written, but a round of two commits failed, TABLE_OR_VIEW_NOT_FOUND on
+    ```a`.`b`#snapshot_id_…``: the round read the stream at a snapshot with Iceberg's
+    ``DataFrameReader.load(name)``, which takes a name holding '/' for a file path. The same for
+    ``sys.validate``'s reads."""
+    table = f"{db}.`a/b`"
+    run(hive_cursor, f"CREATE TABLE {table} (z STRING, v INT) TBLPROPERTIES ('table.datalake.enabled'='true', "
+                     "'primary-key'='z', 'bucket.num'='2')")
+    run(hive_cursor, f"INSERT INTO {table} (z, v, _change_type) VALUES ('a', 1, '+I'), ('b', 1, '+I')")
+    run(hive_cursor, f"INSERT INTO {table} (z, v, _change_type) SELECT 'a', 2, '+U'")
+    force_round(spark, table)
+    run(hive_cursor, f"INSERT INTO {table} (z, v, _change_type) VALUES ('b', 0, '-D'), ('c', 3, NULL)")
+    run(hive_cursor, f"INSERT INTO {table} (z, v, _change_type) VALUES ('c', 4, '+U')")
+    force_round(spark, table)
+    assert read(spark, f"{db}_lake.`a/b`") == [("a", 2), ("c", 4)] == read(spark, f"{db}_fresh.`a/b`")
+    check = comparison(hive_cursor, table)
+    assert check["success"] is True and check["count"] == 0, check
