@@ -43,7 +43,9 @@ and FreshEntries and FreshMerge's distributed form, and LocalFileSystem:
   (server/changelog/fresh_view.py);
 - ``io.tierlake.internal.TaskErrorGuard`` keeps a task's OutOfMemoryError
   from exiting the JVM of a local master: the query fails, the server stays
-  up; ``io.tierlake.internal.StatementDeadline`` fails the Spark jobs of a
+  up, and starts ``io.tierlake.internal.TaskReaper``, which stops a killed
+  task still computing one row two seconds later, so its core is free;
+  ``io.tierlake.internal.StatementDeadline`` fails the Spark jobs of a
   statement past ``tierlake.query.timeout`` with an error that says so
   (server/runtime/resource_bounds.py).
 """

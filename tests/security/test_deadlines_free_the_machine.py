@@ -108,6 +108,26 @@ def test_a_readers_constant_folded_on_the_driver_is_stopped_at_its_timeout(serve
     assert reader.fetchall() == [(1,)]
 
 
+def test_a_readers_single_long_row_in_a_task_frees_its_core_after_the_timeout(server, auth_gateway,
+                                                                              readers_timeout):
+    """One row per task whose expression runs ~150 s (``levenshtein`` of strings built from a column, so
+    nothing is folded): Spark's kill is read between rows, so before, the reader got the timeout error and
+    both tasks kept their cores until their row was done (TaskReaper.java stops them now)."""
+    reaper = server.spark.sparkContext._jvm.io.tierlake.internal.TaskReaper
+    before = reaper.reaped()
+    reader = _cursor(auth_gateway, "rita")
+    statement = ("SELECT levenshtein(repeat(cast(id AS string), 200000), repeat('b', 200000)) AS d "
+                 "FROM range(0, 2, 1, 2)")
+    _, message, elapsed = _error(reader, statement)
+    print(f"\none long row per task: the reader's error after {elapsed:.1f} s (timeout {TIMEOUT_S} s)")
+    assert REASON in message, message
+    assert elapsed < ERROR_BY_S, elapsed
+    assert _freed(server, LEVENSHTEIN), _busy_threads(server, LEVENSHTEIN)
+    assert reaper.reaped() - before == 2
+    reader.execute("SELECT count(*) FROM range(100)")  # the server and its executor go on
+    assert reader.fetchall() == [(100,)]
+
+
 def test_a_readers_sys_read_runs_with_the_readers_timeout(server, auth_gateway, readers_timeout):
     statement = f"SELECT {FOLDED} AS d FROM sys.procedures LIMIT 1"
     assert auth_gateway.handler.inner.verdict(statement).kind == "sys-read"  # the gateway answers it itself

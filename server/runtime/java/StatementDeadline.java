@@ -199,14 +199,23 @@ public final class StatementDeadline extends SparkListener {
         }
         if (!statement) return false;
         for (int i = 0; i < rules; i++) {
-            String cls = frames[i].getClassName();
-            if ("<clinit>".equals(frames[i].getMethodName()) || frames[i].isNativeMethod()) return false;
-            boolean pure = false;
-            for (String prefix : STOPPABLE) pure |= cls.startsWith(prefix);
-            for (String prefix : NEVER) pure &= !cls.startsWith(prefix);
-            if (!pure) return false;
+            if (!pure(frames[i])) return false;
         }
         return true;
+    }
+
+    /**
+     * Whether a thread running this frame holds no shared state: Catalyst's expressions and trees,
+     * Spark's string type, the JDK's lang, util, math and digests; never class loading, code generation,
+     * locks, reflection, a catalog or a native method (TaskReaper uses it too).
+     */
+    static boolean pure(StackTraceElement frame) {
+        String cls = frame.getClassName();
+        if ("<clinit>".equals(frame.getMethodName()) || frame.isNativeMethod()) return false;
+        boolean pure = false;
+        for (String prefix : STOPPABLE) pure |= cls.startsWith(prefix);
+        for (String prefix : NEVER) pure &= !cls.startsWith(prefix);
+        return pure;
     }
 
     /** From the deadline of {@code group} on: stop its thread where it plans past it (see the class comment). */

@@ -33,6 +33,9 @@ import org.slf4j.LoggerFactory;
  * <p>The executor is reached by reflection (LocalSchedulerBackend keeps only
  * an RpcEndpointRef to the LocalEndpoint that owns it) and its handler field
  * is final: the field is replaced once, right after the SparkContext started.
+ *
+ * <p>It also starts {@link TaskReaper}, which stops killed tasks stuck in one row, and absorbs the
+ * {@code ThreadDeath} of the threads it stopped (Spark counts ThreadDeath as fatal).
  */
 public final class TaskErrorGuard implements Thread.UncaughtExceptionHandler {
     private static final Logger LOG = LoggerFactory.getLogger(TaskErrorGuard.class);
@@ -63,6 +66,7 @@ public final class TaskErrorGuard implements Thread.UncaughtExceptionHandler {
             return false;
         }
         field.set(executor, new TaskErrorGuard((Thread.UncaughtExceptionHandler) current));
+        TaskReaper.start(executor);  // its stopped threads' ThreadDeath is absorbed below
         return true;
     }
 
@@ -114,6 +118,10 @@ public final class TaskErrorGuard implements Thread.UncaughtExceptionHandler {
 
     @Override
     public void uncaughtException(Thread thread, Throwable error) {
+        if (error instanceof ThreadDeath && TaskReaper.stoppedHere(thread)) {
+            TaskReaper.done(thread);  // a killed task's row stopped by the reaper: its task is failed, nothing else
+            return;
+        }
         Throwable cause = survivable(error);
         if (cause != null && thread.getName().startsWith("Executor task launch worker")) {
             SURVIVED.incrementAndGet();
