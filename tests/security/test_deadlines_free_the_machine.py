@@ -152,6 +152,37 @@ def test_a_readers_sys_read_in_tasks_is_cancelled_at_the_readers_timeout(server,
     assert _freed(server, "org.apache.commons.codec.digest.DigestUtils"), "a task of the sys read still runs"
 
 
+def test_a_clients_cancel_of_a_sys_read_stops_its_spark_jobs(server, auth_gateway):
+    """An admin's (no reader timeout) sys read of minutes of tasks, cancelled by its client after 2 s:
+    before, the gateway ran it synchronously on its own backend session, the cancel reached nothing and
+    its tasks ran on for minutes; now the cancel is sent to Spark's operation and the tasks stop."""
+    marker = uuid.uuid4().hex[:12]
+    statement = ("SELECT count(*) AS n FROM sys.procedures a, sys.procedures b, sys.procedures c, "
+                 "sys.procedures d, sys.procedures e, sys.procedures f "
+                 f"WHERE sha2(concat(a.name, b.name, c.name, d.name, e.name, f.name), 256) = '{marker}'")
+    assert auth_gateway.handler.inner.verdict(statement).kind == "sys-read"
+    admin = _cursor(auth_gateway, "ann")
+    admin.execute(statement, async_=True)
+    until = time.monotonic() + 60
+    while (_job_of(server, marker) is None or _job_of(server, marker).numActiveTasks() == 0) \
+            and time.monotonic() < until:
+        time.sleep(0.1)
+    assert _job_of(server, marker) is not None, "the sys read runs as a Spark job"
+    time.sleep(2)
+    admin.cancel()
+    cancelled = time.monotonic()
+    job = _job_of(server, marker)
+    while (job.numActiveTasks() > 0 or str(job.status()) == "RUNNING") and time.monotonic() < cancelled + 10:
+        time.sleep(0.2)
+        job = _job_of(server, marker)
+    print(f"\nsys read cancelled by its client: its job {job.status()} "
+          f"{time.monotonic() - cancelled:.1f} s after the cancel")
+    assert job.numActiveTasks() == 0 and str(job.status()) != "RUNNING", (job.numActiveTasks(), job.status())
+    admin = _cursor(auth_gateway, "ann")
+    admin.execute("SELECT count(*) FROM sys.procedures")
+    assert admin.fetchall()[0][0] > 0
+
+
 def test_a_readers_sys_read_is_checked_on_the_resolved_plan_as_a_readers(auth_gateway):
     # A pattern taken from data is the admin's (AuthzCheck); the admin's answer is not served to the reader.
     statement = "SELECT count(*) AS n FROM sys.procedures WHERE name rlike role"

@@ -456,7 +456,7 @@ class SysReads:
                     raise
         control = operations.current()
         try:
-            schema, columns, rows = client.run(statement, control.timeout_s if control is not None else 0)
+            schema, columns, rows = client.run(statement, control.timeout_s if control is not None else 0, control)
         except SparkSqlError:
             self._release(who, client)
             raise

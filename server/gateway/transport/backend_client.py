@@ -10,17 +10,22 @@ or, for no client in particular, as ``tierlake-gateway``."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from TCLIService import TCLIService, ttypes
 from thrift.protocol import TBinaryProtocol
 
-from tierlake.server.exceptions import SparkSqlError
+from tierlake.server.exceptions import OperationCancelledError, SparkSqlError
 from tierlake.server.gateway.transport.upstream import connect_upstream
 
 PROTOCOL = ttypes.TProtocolVersion.HIVE_CLI_SERVICE_PROTOCOL_V10
 FETCH_ROWS = 10_000
 _OK = (ttypes.TStatusCode.SUCCESS_STATUS, ttypes.TStatusCode.SUCCESS_WITH_INFO_STATUS)
+_ENDED = {ttypes.TOperationState.CANCELED_STATE: "the statement was cancelled",
+          ttypes.TOperationState.CLOSED_STATE: "the statement was closed before it ended",
+          ttypes.TOperationState.TIMEDOUT_STATE: "the statement ran longer than its time limit",
+          ttypes.TOperationState.UKNOWN_STATE: "the statement ended in an unknown state"}
 # The Thrift column Spark filled → the LocalResult type that encodes it the same way.
 _KINDS = {"boolVal": "boolean", "byteVal": "tinyint", "i16Val": "smallint", "i32Val": "int",
           "i64Val": "bigint", "doubleVal": "double", "stringVal": "string", "binaryVal": "binary"}
@@ -64,6 +69,7 @@ class BackendClient:
     def __init__(self, host: str, port: int, secret: str | None = None, timeout_s: float = 600.0,
                  user: str | None = None):
         self.user = user or self.USER
+        self._host, self._port, self._secret = host, port, secret
         self.transport = connect_upstream(host, port, self.user, secret, timeout_s, 256 << 20)
         self.client = TCLIService.Client(TBinaryProtocol.TBinaryProtocol(self.transport))
         response = self.client.OpenSession(ttypes.TOpenSessionReq(
@@ -71,13 +77,27 @@ class BackendClient:
         _check(response.status)
         self.session = response.sessionHandle
 
-    def run(self, statement: str, timeout_s: int = 0) -> tuple[Any, list[tuple[str, str]], list[tuple]]:
+    def run(self, statement: str, timeout_s: int = 0, control: Any = None
+            ) -> tuple[Any, list[tuple[str, str]], list[tuple]]:
         """(TTableSchema as Spark sent it, [(name, kind)], rows); ``timeout_s``: the statement's
-        own time limit, as a client's queryTimeout (0: the server's)."""
+        own time limit, as a client's queryTimeout (0: the server's). ``control``: the client's
+        statement (operations.OperationControl): its cancel cancels Spark's operation.
+
+        The statement runs asynchronously and is polled, so that its operation handle is known
+        while it runs: a synchronous ExecuteStatement returns the handle only once the statement
+        has ended, and a client's cancel of a sys read reached nothing (its Spark jobs ran on)."""
         response = self.client.ExecuteStatement(ttypes.TExecuteStatementReq(
-            sessionHandle=self.session, statement=statement, runAsync=False, queryTimeout=timeout_s or None))
+            sessionHandle=self.session, statement=statement, runAsync=True, queryTimeout=timeout_s or None))
         _check(response.status)
         handle = response.operationHandle
+        unregister = control.on_cancel(lambda: self._cancel(handle)) if control is not None else (lambda: None)
+        try:
+            self._wait(handle)
+        except BaseException:
+            unregister()
+            self._close_operation(handle)
+            raise
+        unregister()
         try:
             meta = self.client.GetResultSetMetadata(ttypes.TGetResultSetMetadataReq(operationHandle=handle))
             _check(meta.status)
@@ -93,12 +113,45 @@ class BackendClient:
                 if not batch:
                     break
         finally:
-            try:
-                self.client.CloseOperation(ttypes.TCloseOperationReq(operationHandle=handle))
-            except Exception:  # noqa: BLE001 - the result is complete; a lost close only leaks an operation
-                pass
+            self._close_operation(handle)
         names = [c.columnName for c in meta.schema.columns]
         return meta.schema, list(zip(names, kinds, strict=True)), rows
+
+    def _wait(self, handle: Any) -> None:
+        """Until the operation ends; its error raised as Spark gave it."""
+        pause = 0.002
+        while True:
+            status = self.client.GetOperationStatus(ttypes.TGetOperationStatusReq(operationHandle=handle))
+            _check(status.status)
+            state = status.operationState
+            if state == ttypes.TOperationState.FINISHED_STATE:
+                return
+            if state == ttypes.TOperationState.ERROR_STATE:
+                raise SparkSqlError(status.errorMessage or "statement failed", status.sqlState or "XX000")
+            if state in _ENDED:
+                raise OperationCancelledError(_ENDED[state])
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+    def _cancel(self, handle: Any) -> None:
+        """Cancel the operation from another connection: this one is busy polling it (a Thrift
+        connection carries one call at a time); the internal server finds operations by handle."""
+        try:
+            other = BackendClient(self._host, self._port, self._secret, timeout_s=30, user=self.user)
+        except Exception:  # noqa: BLE001 - the statement's deadline still bounds it
+            return
+        try:
+            other.client.CancelOperation(ttypes.TCancelOperationReq(operationHandle=handle))
+        except Exception:  # noqa: BLE001 - it ended meanwhile
+            pass
+        finally:
+            other.close()
+
+    def _close_operation(self, handle: Any) -> None:
+        try:
+            self.client.CloseOperation(ttypes.TCloseOperationReq(operationHandle=handle))
+        except Exception:  # noqa: BLE001 - the result is complete; a lost close only leaks an operation
+            pass
 
     def close(self) -> None:
         try:
