@@ -108,6 +108,25 @@ def test_a_readers_constant_folded_on_the_driver_is_stopped_at_its_timeout(serve
     assert reader.fetchall() == [(1,)]
 
 
+@pytest.mark.parametrize("statement", [
+    f"SELECT d FROM VALUES ({FOLDED}) AS t(d)",
+    f"SELECT 1 AS one LIMIT length(CAST({FOLDED} AS STRING))",
+], ids=["inline-table", "limit"])
+def test_a_readers_constant_evaluated_by_the_analyser_is_stopped_at_its_timeout(server, auth_gateway,
+                                                                               readers_timeout, statement):
+    """The analyser evaluates an inline table's rows and a LIMIT's value itself; its thread was never
+    stopped (it might have been analysing the thread's next statement), so the reader's error came when
+    the ~150 s constant was done. The statement's thread is now noted when its text is parsed."""
+    reader = _cursor(auth_gateway, "rita")
+    state, message, elapsed = _error(reader, statement)
+    print(f"\nevaluated by the analyser: the reader's error after {elapsed:.1f} s (timeout {TIMEOUT_S} s)")
+    assert (state, message) == (errors.STOPPED_SQLSTATE, errors.STOPPED_MESSAGE), message
+    assert elapsed < ERROR_BY_S, elapsed
+    assert _freed(server, LEVENSHTEIN), _busy_threads(server, LEVENSHTEIN)
+    reader.execute("SELECT 1")
+    assert reader.fetchall() == [(1,)]
+
+
 def test_a_readers_single_long_row_in_a_task_frees_its_core_after_the_timeout(server, auth_gateway,
                                                                               readers_timeout):
     """One row per task whose expression runs ~150 s (``levenshtein`` of strings built from a column, so

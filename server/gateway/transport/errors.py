@@ -62,7 +62,7 @@ _REFUSED = "java.lang.SecurityException: permission denied: "
 _STOPPED = "java.lang.ThreadDeath"
 STOPPED_MESSAGE = ("statement stopped: it ran longer than its time limit (tierlake.query.reader-timeout for a "
                    "reader, tierlake.query.timeout for everyone) while Spark was planning it on the driver, "
-                   "outside any job (a constant expression folded by the optimizer)")
+                   "outside any job (a constant expression the analyser or the optimizer evaluates)")
 STOPPED_SQLSTATE = "57014"
 _SQL_SECTION = re.compile(r"== SQL ==\s*\n(?P<sql>.*?)(?:\n\s*\^+|$)", re.DOTALL)
 _UNQUALIFIED_CALL = re.compile(r"^\s*CALL\s+(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*\(", re.IGNORECASE)

@@ -57,6 +57,17 @@ public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, 
 
     @Override
     public BoxedUnit apply(SparkSessionExtensions extensions) {
+        // The statement's own thread, noted when its text is parsed (the Thrift Server set its job group
+        // just before): from then on its deadline may stop this thread should planning, analysis
+        // included, outlive it (StatementDeadline), and never for a statement the thread ran before.
+        extensions.injectParser(new scala.runtime.AbstractFunction2<SparkSession,
+                org.apache.spark.sql.catalyst.parser.ParserInterface, org.apache.spark.sql.catalyst.parser.ParserInterface>() {
+            @Override
+            public org.apache.spark.sql.catalyst.parser.ParserInterface apply(
+                    SparkSession session, org.apache.spark.sql.catalyst.parser.ParserInterface delegate) {
+                return new NotingParser(session, delegate);
+            }
+        });
         extensions.injectCheckRule(new AbstractFunction1<SparkSession, Function1<LogicalPlan, BoxedUnit>>() {
             @Override
             public Function1<LogicalPlan, BoxedUnit> apply(SparkSession session) {
@@ -78,6 +89,68 @@ public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, 
             }
         });
         return BoxedUnit.UNIT;
+    }
+
+    /** Spark's parser (or the one before it), noting the statement's thread at each plan parsed. */
+    private static final class NotingParser implements org.apache.spark.sql.catalyst.parser.ParserInterface {
+        private final SparkSession session;
+        private final org.apache.spark.sql.catalyst.parser.ParserInterface delegate;
+
+        NotingParser(SparkSession session, org.apache.spark.sql.catalyst.parser.ParserInterface delegate) {
+            this.session = session;
+            this.delegate = delegate;
+        }
+
+        private void note() {
+            StatementDeadline.noteThread(session.sparkContext().getLocalProperty(StatementDeadline.JOB_GROUP));
+        }
+
+        @Override
+        public LogicalPlan parsePlan(String sqlText) throws org.apache.spark.sql.catalyst.parser.ParseException {
+            note();
+            return delegate.parsePlan(sqlText);
+        }
+
+        @Override
+        public LogicalPlan parseQuery(String sqlText) throws org.apache.spark.sql.catalyst.parser.ParseException {
+            note();
+            return delegate.parseQuery(sqlText);
+        }
+
+        @Override
+        public Expression parseExpression(String sqlText) throws org.apache.spark.sql.catalyst.parser.ParseException {
+            return delegate.parseExpression(sqlText);
+        }
+
+        @Override
+        public org.apache.spark.sql.catalyst.TableIdentifier parseTableIdentifier(String sqlText)
+                throws org.apache.spark.sql.catalyst.parser.ParseException {
+            return delegate.parseTableIdentifier(sqlText);
+        }
+
+        @Override
+        public org.apache.spark.sql.catalyst.FunctionIdentifier parseFunctionIdentifier(String sqlText)
+                throws org.apache.spark.sql.catalyst.parser.ParseException {
+            return delegate.parseFunctionIdentifier(sqlText);
+        }
+
+        @Override
+        public scala.collection.Seq<String> parseMultipartIdentifier(String sqlText)
+                throws org.apache.spark.sql.catalyst.parser.ParseException {
+            return delegate.parseMultipartIdentifier(sqlText);
+        }
+
+        @Override
+        public org.apache.spark.sql.types.StructType parseTableSchema(String sqlText)
+                throws org.apache.spark.sql.catalyst.parser.ParseException {
+            return delegate.parseTableSchema(sqlText);
+        }
+
+        @Override
+        public org.apache.spark.sql.types.DataType parseDataType(String sqlText)
+                throws org.apache.spark.sql.catalyst.parser.ParseException {
+            return delegate.parseDataType(sqlText);
+        }
     }
 
     private static String simple(Object o) {

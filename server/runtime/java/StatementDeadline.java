@@ -44,11 +44,12 @@ import org.slf4j.LoggerFactory;
  * interrupts alike (Catalyst never looks at either). From its deadline on, the
  * statement's thread is looked at once a second, and stopped
  * ({@link Thread#stop}, a {@code ThreadDeath} the Thrift Server reports as the
- * statement's error) when it is provably in the optimizer's pure computation:
- * runnable, the thread still the statement's (AuthzCheck noted it when the
- * statement's plan was analysed, so a pool thread that moved on to another
- * statement is never taken for it), a Catalyst rule executor below that is not
- * the analyser, and every frame above it in code that holds no shared state
+ * statement's error) when it is provably in pure computation while Spark plans
+ * it: runnable, the thread still the statement's (AuthzCheck's parser notes it
+ * when the statement's text is parsed, so a pool thread that moved on to
+ * another statement is never taken for it), inside a Catalyst rule (the
+ * optimizer's or the analyser's) or an evaluation the analyser makes itself
+ * (an inline table's rows, a LIMIT's value), and every frame out to it in code that holds no shared state
  * (Catalyst's expressions and trees, Spark's string type, the JDK's lang,
  * util, math and digests): no I/O, no class loading or code generation, no
  * catalog, metastore or Iceberg call, no lock wait. Anywhere else the thread
@@ -75,7 +76,11 @@ public final class StatementDeadline extends SparkListener {
         "org.apache.spark.sql.catalyst.analysis.", "org.apache.spark.sql.catalyst.expressions.CallMethodViaReflection",
     };
     private static final String RULE_EXECUTOR = "org.apache.spark.sql.catalyst.rules.RuleExecutor";
-    private static final String ANALYZER = "org.apache.spark.sql.catalyst.analysis.";
+    // Where the analyser evaluates expressions itself: an inline table's rows (VALUES), a LIMIT,
+    // OFFSET or TABLESAMPLE's value.
+    private static final String[] EVALUATORS = {
+        "org.apache.spark.sql.catalyst.analysis.ResolveInlineTables", "org.apache.spark.sql.catalyst.analysis.CheckAnalysis",
+    };
     private static final String STATEMENT = "org.apache.spark.sql.hive.thriftserver.SparkExecuteStatementOperation";
 
     // Each statement's thread (by job group), and each thread's latest statement, as AuthzCheck saw them.
@@ -178,30 +183,25 @@ public final class StatementDeadline extends SparkListener {
     }
 
     /**
-     * Whether a thread with this stack (innermost frame first) may be stopped: a statement's,
-     * in the optimizer (a rule executor that is not the analyser's), with only pure computation
-     * above it.
+     * Whether a thread with this stack (innermost frame first) may be stopped: a statement's, in pure
+     * computation inside a Catalyst rule (the optimizer's or the analyser's) or an evaluation the
+     * analyser makes itself (an inline table's rows, a LIMIT's value), every frame out to it pure.
      */
     public static boolean stoppable(StackTraceElement[] frames) {
-        int rules = -1;
-        for (int i = 0; i < frames.length; i++) {
-            if (frames[i].getClassName().equals(RULE_EXECUTOR)) {
-                rules = i;
-                break;
-            }
-        }
-        if (rules < 0) return false;
         boolean statement = false;
-        for (int i = rules; i < frames.length; i++) {
-            String cls = frames[i].getClassName();
-            if (cls.startsWith(ANALYZER)) return false;  // analysis: perhaps of the thread's next statement
-            if (cls.startsWith(STATEMENT)) statement = true;
+        for (StackTraceElement frame : frames) {
+            statement |= frame.getClassName().startsWith(STATEMENT);
         }
         if (!statement) return false;
-        for (int i = 0; i < rules; i++) {
+        for (int i = 0; i < frames.length; i++) {
+            String cls = frames[i].getClassName();
+            if (cls.equals(RULE_EXECUTOR)) return i > 0;
+            for (String evaluator : EVALUATORS) {
+                if (cls.startsWith(evaluator)) return i > 0;
+            }
             if (!pure(frames[i])) return false;
         }
-        return true;
+        return false;
     }
 
     /**
