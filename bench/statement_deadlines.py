@@ -1,6 +1,6 @@
 """A reader's CPU bomb against its timeout, with an admin's query alongside (issue 51, item 2).
 
-    PYTHONPATH=. python -m bench.statement_deadlines [--timeout 5] [--runs 3] [--bombs tasks,driver,sys]
+    PYTHONPATH=. python -m bench.statement_deadlines [--timeout 5] [--runs 3] [--bombs tasks,driver,sys,rows,analyser]
 
 Starts ``tierlake server`` (``local[2]``, a password file with the reader
 ``rita`` and the admin ``ann``, ``tierlake.query.reader-timeout`` =
@@ -19,7 +19,12 @@ Bombs:
 - ``driver``: ``levenshtein`` of two 200,000-character literals, folded by
   the optimizer in the statement's thread (~150 s of one core, a few KB);
 - ``sys``: the same folded over ``sys.procedures``, which the gateway
-  answers through its own Spark sessions.
+  answers through its own Spark sessions;
+- ``rows``: two tasks of one row each whose ``levenshtein`` takes ~150 s
+  (strings built from a column, so nothing is folded): the kill is read
+  between rows, TaskReaper.java stops the tasks;
+- ``analyser``: the folded ``levenshtein`` as an inline table's row, which
+  the analyser evaluates itself.
 """
 
 from __future__ import annotations
@@ -40,6 +45,11 @@ BOMBS = {
     "tasks": "SELECT count(*) FROM range(0, 2000000000, 1, 20000) WHERE sha2(cast(id AS string), 256) = 'x'",
     "driver": f"SELECT {FOLDED} AS d",
     "sys": f"SELECT {FOLDED} AS d FROM sys.procedures LIMIT 1",
+    # One row per task (two tasks, both cores) computing ~150 s each: Spark's kill is read between rows.
+    "rows": ("SELECT levenshtein(repeat(cast(id AS string), 200000), repeat('b', 200000)) AS d "
+             "FROM range(0, 2, 1, 2)"),
+    # An inline table's row, evaluated by the analyser on the driver.
+    "analyser": f"SELECT d FROM VALUES ({FOLDED}) AS t(d)",
 }
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -113,7 +123,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--timeout", type=int, default=5, help="tierlake.query.reader-timeout, seconds")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--bombs", default="tasks,driver,sys")
+    parser.add_argument("--bombs", default="tasks,driver,sys,rows,analyser")
     args = parser.parse_args()
     from tierlake.server.gateway.auth.passwords import set_user
 
