@@ -97,13 +97,20 @@ def _freed(server, *frames: str) -> bool:
 LEVENSHTEIN = "org.apache.spark.unsafe.types.UTF8String.levenshteinDistance"
 
 
-def test_a_readers_constant_folded_on_the_driver_is_stopped_at_its_timeout(server, auth_gateway, readers_timeout):
+def _stopped(server, auth_gateway, statement: str, where: str):
+    """The reader's ``statement`` is stopped while planned (57014) within the bound, and its core freed;
+    returns the reader's cursor."""
     reader = _cursor(auth_gateway, "rita")
-    state, message, elapsed = _error(reader, f"SELECT {FOLDED} AS d")
-    print(f"\nfolded on the driver: the reader's error after {elapsed:.1f} s (timeout {TIMEOUT_S} s)")
+    state, message, elapsed = _error(reader, statement)
+    print(f"\n{where}: the reader's error after {elapsed:.1f} s (timeout {TIMEOUT_S} s)")
     assert (state, message) == (errors.STOPPED_SQLSTATE, errors.STOPPED_MESSAGE), message
     assert elapsed < ERROR_BY_S, elapsed
     assert _freed(server, LEVENSHTEIN), _busy_threads(server, LEVENSHTEIN)
+    return reader
+
+
+def test_a_readers_constant_folded_on_the_driver_is_stopped_at_its_timeout(server, auth_gateway, readers_timeout):
+    reader = _stopped(server, auth_gateway, f"SELECT {FOLDED} AS d", "folded on the driver")
     reader.execute("SELECT 1")
     assert reader.fetchall() == [(1,)]
 
@@ -117,12 +124,7 @@ def test_a_readers_constant_evaluated_by_the_analyser_is_stopped_at_its_timeout(
     """The analyser evaluates an inline table's rows and a LIMIT's value itself; its thread was never
     stopped (it might have been analysing the thread's next statement), so the reader's error came when
     the ~150 s constant was done. The statement's thread is now noted when its text is parsed."""
-    reader = _cursor(auth_gateway, "rita")
-    state, message, elapsed = _error(reader, statement)
-    print(f"\nevaluated by the analyser: the reader's error after {elapsed:.1f} s (timeout {TIMEOUT_S} s)")
-    assert (state, message) == (errors.STOPPED_SQLSTATE, errors.STOPPED_MESSAGE), message
-    assert elapsed < ERROR_BY_S, elapsed
-    assert _freed(server, LEVENSHTEIN), _busy_threads(server, LEVENSHTEIN)
+    reader = _stopped(server, auth_gateway, statement, "evaluated by the analyser")
     reader.execute("SELECT 1")
     assert reader.fetchall() == [(1,)]
 
@@ -150,12 +152,7 @@ def test_a_readers_single_long_row_in_a_task_frees_its_core_after_the_timeout(se
 def test_a_readers_sys_read_runs_with_the_readers_timeout(server, auth_gateway, readers_timeout):
     statement = f"SELECT {FOLDED} AS d FROM sys.procedures LIMIT 1"
     assert auth_gateway.handler.inner.verdict(statement).kind == "sys-read"  # the gateway answers it itself
-    reader = _cursor(auth_gateway, "rita")
-    state, message, elapsed = _error(reader, statement)
-    print(f"\nfolded over sys: the reader's error after {elapsed:.1f} s (timeout {TIMEOUT_S} s)")
-    assert (state, message) == (errors.STOPPED_SQLSTATE, errors.STOPPED_MESSAGE), message
-    assert elapsed < ERROR_BY_S, elapsed
-    assert _freed(server, LEVENSHTEIN), _busy_threads(server, LEVENSHTEIN)
+    _stopped(server, auth_gateway, statement, "folded over sys")
 
 
 def test_a_readers_sys_read_in_tasks_is_cancelled_at_the_readers_timeout(server, auth_gateway, readers_timeout):
