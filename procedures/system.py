@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tierlake.server.runtime.metastore import metastore_db
+from tierlake.server.metastore.database import metastore_db
 from tierlake.server.sqlapi import registry
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.sqlapi.roles import READER

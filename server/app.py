@@ -12,9 +12,12 @@ import time
 from typing import Any
 
 from tierlake.procedures import load_builtins
+from tierlake.server.bounds import jvm_watch, resource_bounds
 from tierlake.server.changelog import fresh_view
+from tierlake.server.changelog import jvm as changelog_jvm
 from tierlake.server.coordinator.coordinator import Coordinator
 from tierlake.server.exceptions import ConfigError, PortInUseError
+from tierlake.server.gateway.auth import jvm as authz_jvm
 from tierlake.server.gateway.auth.authz import Authorizer, SparkSessions
 from tierlake.server.gateway.auth.passwords import PasswordFile
 from tierlake.server.gateway.routing.handler import MAX_CALL_SIZE, CallHandler
@@ -25,17 +28,12 @@ from tierlake.server.ingest import ledger
 from tierlake.server.ingest.request_ids import RequestKeys
 from tierlake.server.ingest.writer import StreamWriter
 from tierlake.server.maintenance.kv_tables import KvMaintenance
+from tierlake.server.metastore import jvm as metastore_jvm
+from tierlake.server.metastore.service import start_metastore_service
 from tierlake.server.observability import metrics, sources
 from tierlake.server.observability.http import ObservabilityHttp
-from tierlake.server.runtime import jvm_watch
 from tierlake.server.runtime.config import Config
-from tierlake.server.runtime.session import (
-    HomeLock,
-    build_spark,
-    free_port,
-    start_metastore_service,
-    start_thrift_server,
-)
+from tierlake.server.runtime.session import HomeLock, build_spark, free_port, start_thrift_server
 from tierlake.server.sqlapi import functions as sql_functions
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.sqlapi.registry import Registry
@@ -48,6 +46,9 @@ from tierlake.server.tiering.worker import start_workers
 from tierlake.udfs import load_builtins as load_udfs
 
 log = logging.getLogger("tierlake.server")
+# What each feature adds to the Spark the server (and a tiering service) runs: settings,
+# session extensions (in this order), class path, a step once it is up (runtime/javaext.py).
+JVM_FEATURES = (metastore_jvm.FEATURE, resource_bounds.FEATURE, authz_jvm.FEATURE, changelog_jvm.FEATURE)
 HTTP_PORT_REMEDY = "start the status page on another port with --conf tierlake.http.port=N"
 # How long a stop waits for statements already running to end and be answered.
 GATEWAY_DRAIN_S = 30.0
@@ -177,7 +178,7 @@ class Server:
             check_port_free(self.gateway.host, self.gateway.port)  # and a taken port, before a minute of start
             check_port_free(self.config.text("tierlake.gateway.host"), self.config.int("tierlake.http.port"),
                             HTTP_PORT_REMEDY)  # the status page's too
-            self.spark = build_spark(self.config, self.thrift_port)
+            self.spark = build_spark(self.config, self.thrift_port, JVM_FEATURES)
             jvm_watch.watch(self._stopped)  # one life: the process ends with its JVM
             log.info("SQL functions: %s", ", ".join(sql_functions.functions.register_into(self.spark)) or "none")
             applied = migrations.migrate(self.spark)

@@ -124,6 +124,7 @@ def _on_stop_signals(stop: threading.Event) -> None:
 
 def _tiering_service(args: argparse.Namespace) -> int:
     # import here: `tierlake sql` and `tierlake passwd` start without loading the engine (200+ modules)
+    from tierlake.server.app import JVM_FEATURES
     from tierlake.server.tiering.service import TieringService
 
     config = Config.load(home=args.home or ".tierlake-tiering", config_file=args.config,
@@ -134,7 +135,7 @@ def _tiering_service(args: argparse.Namespace) -> int:
     err = os.fdopen(saved_err, "w", buffering=1)
     stop = threading.Event()
     password = resolve_password(args.password, config.text("tierlake.client.password-file"))
-    service = TieringService(config, args.url, args.user, password,
+    service = TieringService(config, args.url, JVM_FEATURES, args.user, password,
                              ca_file=args.ca_file or config.text("tierlake.client.ssl.ca-file") or None)
     try:
         with _progress(err, "tierlake: starting the tiering service"):

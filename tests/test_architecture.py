@@ -179,6 +179,7 @@ SERVER_LAYERS: list[set[str]] = [
     {"exceptions", "escaping"},  # escaping: client text made printable for logs, status, labels
     {"observability"},  # metrics are recorded from every layer; it imports nothing of the engine
     {"runtime"},
+    {"metastore", "bounds"},  # the metastore and tierlake's code in it; what a statement may cost, one life
     {"state"},  # the sys-state store: state tables, versions, migrations, housekeeping
     {"sqlapi", "catalog"},
     {"clients", "changelog", "coordinator", "ingest"},
@@ -311,6 +312,69 @@ def test_the_gateway_rule_catches_upward_and_sideways_imports():
     assert gateway_wrong_way({f"{GATEWAY}.results": {f"{GATEWAY}.auth.planauth"}})
     assert not gateway_wrong_way({f"{GATEWAY}.routing.handler": {f"{GATEWAY}.transport.protocol",
                                                                  f"{GATEWAY}.auth.planauth"}})
+
+
+# ---- the JVM halves: each feature's java/ beside its Python, by the same layers ----
+
+JAVA_COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'', re.S)
+
+
+def java_sources() -> dict[str, Path]:
+    """Every Java class of ours as ``tierlake.server.<package>.java.<Class>`` → file."""
+    return {".".join([ROOT_PACKAGE, *path.relative_to(ROOT).with_suffix("").parts]): path
+            for path in sorted((ROOT / "server").rglob("java/*.java"))}
+
+
+def java_graph() -> dict[str, set[str]]:
+    """Java class → the classes of ours its code (not its comments or strings) names."""
+    sources = java_sources()
+    simple = {name.rpartition(".")[2]: name for name in sources}
+    graph = {}
+    for name, path in sources.items():
+        code = JAVA_COMMENT_OR_STRING.sub(" ", path.read_text())
+        words = set(re.findall(r"\b[A-Z]\w*\b", code))
+        graph[name] = {simple[w] for w in words if w in simple and simple[w] != name}
+    return graph
+
+
+def feature_of(java_class: str) -> str:
+    """``tierlake.server.gateway.auth.java.AuthzCheck`` → ``tierlake.server.gateway.auth``."""
+    return java_class.rpartition(".java.")[0]
+
+
+def java_feature_graph() -> dict[str, set[str]]:
+    """Feature (the package a java/ folder sits in) → the features its classes name."""
+    graph: dict[str, set[str]] = {}
+    for cls, targets in java_graph().items():
+        own = feature_of(cls)
+        graph.setdefault(own, set()).update(feature_of(t) for t in targets if feature_of(t) != own)
+    return graph
+
+
+def test_every_java_class_sits_beside_a_python_package_that_owns_it():
+    for name, path in java_sources().items():
+        owner = path.parent.parent
+        assert (owner / "__init__.py").exists(), f"{path}: java/ must sit in a Python package (its feature)"
+        assert _server_package(feature_of(name)) in set().union(*SERVER_LAYERS), name
+
+
+def test_java_classes_name_only_their_own_features_or_lower_layers():
+    graph = java_feature_graph()
+    offenders = wrong_way(graph) + gateway_wrong_way(graph)
+    assert not offenders, "Java classes name classes of the same or a higher layer:\n  " + "\n  ".join(offenders)
+    found = cycles(graph)
+    assert not found, "Java circles between features:\n" + "\n".join(" → ".join(c) for c in found)
+
+
+def test_the_java_graph_sees_code_and_not_comments():
+    graph = java_graph()
+    ingest = "tierlake.server.ingest.java.StreamIngest"
+    assert "tierlake.server.metastore.java.CasAlterHandler" in graph[ingest]
+    assert "tierlake.server.catalog.java.SparkKeys" in graph[ingest]
+    # AuthzCheck names StreamIngest only inside a string (a frame's class name): no edge.
+    assert ingest not in graph["tierlake.server.gateway.auth.java.AuthzCheck"]
+    # The rules above catch a Java edge the wrong way: the bounds naming authorisation.
+    assert wrong_way({"tierlake.server.bounds": {"tierlake.server.gateway.auth"}})
 
 
 # ---- function-level imports of our own modules say why ----

@@ -45,6 +45,9 @@ def test_the_wheel_holds_only_the_tierlake_root(tmp_path):
     top_level = {n.split("/")[0] for n in names}
     assert top_level == {"tierlake", next(t for t in top_level if t.endswith(".dist-info"))}
     assert "tierlake/server/cli.py" in names
+    # Every feature's JVM half ships, to be compiled on first start (runtime/javaext.py).
+    java = {"tierlake/" + p.relative_to(ROOT).as_posix() for p in (ROOT / "server").rglob("java/*.java")}
+    assert len(java) > 15 and java <= set(names), sorted(java - set(names))
     assert "tierlake/sql/templates/tiering_pk_merge.sql.j2" in names
     assert any(n.startswith("tierlake/sql/schema/") and n.endswith(".sql") for n in names)
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()

@@ -25,8 +25,8 @@ import logging
 from typing import Any
 
 from tierlake.server.changelog.handle import TableHandle
+from tierlake.server.changelog.jvm import LAKE_FILES
 from tierlake.server.changelog.planner import Chunk
-from tierlake.server.runtime.javaext import LAKE_FILES
 from tierlake.server.runtime.jvm import jclass
 
 log = logging.getLogger("tierlake.tiering")

@@ -28,7 +28,7 @@ exactly once, whenever the query runs. A view that missed a refresh (a failed
 hook) is still right, only slower: its stream part starts further back.
 
 The stream part is an incremental read, ``tierlake_inc.<db>.<table>.after_<P>``
-(server/runtime/java/IncrementalCatalog.java): only the files the appends
+(server/changelog/java/IncrementalCatalog.java): only the files the appends
 after the stream snapshot ``P`` at the position added, so its cost follows
 what is not tiered yet. It needs ``P`` and every snapshot after it: stream
 snapshot expiry re-pins the view first (server/maintenance/tables.py).
@@ -44,7 +44,7 @@ When the pending files hold few rows (``tierlake.fresh.local-merge-rows``) the
 view's other form answers instead: ``tierlake_inc.<db>.<table>.winners_after_…``
 (``pending_after_…`` for a log table, :func:`merged_name`), the pending changes
 merged in the driver while the query is planned and handed to Spark as a local
-relation by an optimizer rule (server/runtime/java/FreshMerge.java), which
+relation by an optimizer rule (server/changelog/java/FreshMerge.java), which
 empties whichever form does not answer. A query then runs no stream job, and
 with nothing pending its plan is the lake query's.
 
@@ -74,11 +74,11 @@ from tierlake.server.catalog.spec import CHANGE_TYPE, TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.catalog.tiered_tables import suffixed_path
 from tierlake.server.changelog.handle import TableHandle
+from tierlake.server.changelog.jvm import INCREMENTAL_CATALOG_NAME
 from tierlake.server.changelog.planner import lake_position
 from tierlake.server.changelog.positions import snapshot_at
 from tierlake.server.exceptions import ConcurrentUpdateError
 from tierlake.server.runtime.config import Config
-from tierlake.server.runtime.javaext import INCREMENTAL_CATALOG_NAME
 from tierlake.server.runtime.jvm import jclass, string_map
 from tierlake.server.runtime.session import activate, iceberg_table, private_session
 
@@ -250,7 +250,7 @@ def _statement(table: TableHandle, view: TablePath, incremental: bool = True) ->
 
 
 def merged_name(stream_table: Any, spec: TieredSpec, start: int, position: int) -> str:
-    """The name of the view's pending changes merged in the driver (server/runtime/java/FreshMerge.java):
+    """The name of the view's pending changes merged in the driver (server/changelog/java/FreshMerge.java):
     ``pending_after_<id>_at_<pos>`` for a log table; for a primary-key table
     ``winners_after_<id>_at_<pos>_keys_<ids>_seq_<id|none>_change_<id|none>``, the key, sequence-by
     and change-type columns by Iceberg field id (a rename of one does not change what it names)."""
@@ -296,7 +296,7 @@ def sync_metastore_text(spark: Any, view: TablePath, expected: Any = True) -> Pi
     who runs ``alter_table``:
 
     - the embedded metastore (this JVM only): its compare-and-set
-      (server/runtime/java/CasAlterHandler.java) refuses a write whose
+      (server/metastore/java/CasAlterHandler.java) refuses a write whose
       expected parameter moved, or made from a copy another replace overtook;
       no lock, no extra round trip;
     - a metastore service or a shared database (Hive 2.3's own

@@ -6,7 +6,7 @@ snapshots (``table.datalake.stream.max-snapshots``), so before it expires
 any it writes their request ids to ``sys.write_requests`` (the ledger):
 :func:`record_expiring` is the expiry's ``before_commit``, and a failure
 there keeps every snapshot. The table's committer
-(``runtime/java/StreamIngest.java``) reads the ledger when it starts and
+(``ingest/java/StreamIngest.java``) reads the ledger when it starts and
 whenever snapshots it never saw are gone; the housekeeping deletes rows
 older than ``tierlake.write.request-id-retention``.
 """
@@ -19,7 +19,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from tierlake.server.runtime.javaext import STREAM_INGEST
+from tierlake.server.ingest.jvm import STREAM_INGEST
 from tierlake.server.runtime.jvm import jclass
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.runtime.settings import duration_default

@@ -12,7 +12,7 @@ instead of relaying it to Spark's Thrift Server:
    (change types, NULL keys, changes to one key that sequence-by does not
    order) and refused with a clear error before anything
    is written; the statement is committed by the table's committer
-   (``runtime/java/StreamIngest.java``): plain values without a Spark job,
+   (``ingest/java/StreamIngest.java``): plain values without a Spark job,
    grouped with the other statements waiting for the same table into one
    Iceberg transaction; a query as a Spark job holding the table's commit
    lock. The call returns once the commit holding the rows landed.
@@ -41,8 +41,8 @@ from tierlake.server.exceptions import (
     OperationCancelledError,
     WriteOutcomeUnknownError,
 )
+from tierlake.server.ingest.jvm import STREAM_INGEST
 from tierlake.server.runtime import operations
-from tierlake.server.runtime.javaext import STREAM_INGEST
 from tierlake.server.runtime.jvm import jclass
 
 log = logging.getLogger("tierlake.ingest")

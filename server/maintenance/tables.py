@@ -73,6 +73,7 @@ from tierlake.server.changelog.positions import lake_position
 from tierlake.server.changelog.positions import summary as _summary
 from tierlake.server.coordinator.maintenance_schedule import MaintenanceAction
 from tierlake.server.ingest import ledger
+from tierlake.server.ingest.jvm import STREAM_INGEST
 from tierlake.server.kv import snapshot_catalog as kv
 from tierlake.server.kv.log_retention import needed_after
 from tierlake.server.kv.snapshot_catalog import kv_table_of
@@ -80,7 +81,6 @@ from tierlake.server.kv.snapshots import compact_kv_table, take_snapshot
 from tierlake.server.maintenance.kv_tables import snapshot_interval
 from tierlake.server.observability import metrics
 from tierlake.server.runtime import iceberg_actions as im
-from tierlake.server.runtime.javaext import STREAM_INGEST
 from tierlake.server.runtime.jvm import jclass
 
 log = logging.getLogger("tierlake.maintenance")

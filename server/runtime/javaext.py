@@ -1,53 +1,25 @@
-"""tierlake's own JVM classes (``server/runtime/java/*.java``), compiled once
-with ``javac`` against pyspark's jars and cached under ``$TIERLAKE_HOME/jars``
-(keyed by the sources' and pyspark's versions), like the relocated Jackson
-jar in jars.py. They go on the driver's class path, and with any master but
-``local`` on ``spark.jars`` too (runtime/session.py): tasks on executors run
-KeySet (a fresh view's pending-key probe), the readers of IncrementalCatalog
-and FreshEntries and FreshMerge's distributed form, and LocalFileSystem:
+"""tierlake's own JVM classes, compiled once with ``javac`` against pyspark's
+jars into one jar cached under ``$TIERLAKE_HOME/jars`` (keyed by the
+sources' and pyspark's versions), like the relocated Jackson jar in jars.py.
 
-- ``io.tierlake.internal.PlanWalker`` flattens a parsed plan for the
-  gateway's authorisation (server/gateway/auth/planauth.py);
-- ``io.tierlake.internal.AuthzCheck`` is a session extension's check rule:
-  the gateway's second line of authorisation, on the plans Spark resolved,
-  for the client sessions the gateway bound to a role;
-- ``io.tierlake.internal.SecretAuthenticator`` is the internal Spark Thrift
-  Server's custom authentication provider (only the gateway gets in);
-- ``io.tierlake.internal.SmallTables`` reads and rewrites the small ``sys``
-  tables without a Spark job (server/state/state_table.py);
-- ``io.tierlake.internal.LakeFiles`` tiers a log table's appends by copying
-  their data files into the lake, without a Spark job
-  (server/changelog/file_copy.py), and lists the data files of a
-  primary-key chunk from the manifests (server/changelog/lake_write.py);
-- ``io.tierlake.internal.StreamIngest`` stages and commits INSERTs into
-  stream tables: values written without a Spark job, one committer per
-  table, group commit, request ids (server/ingest/writer.py);
-- ``io.tierlake.internal.LocalFileSystem`` is ``file:`` without a forked
-  ``chmod`` per created file (``spark.hadoop.fs.file.impl``, on executors too);
-- ``io.tierlake.internal.CasAlterHandler`` is the embedded metastore's
-  ``alter_table``: an Iceberg commit lands only on the metadata it was based
-  on (compare-and-set), so Iceberg needs no metastore locks
-  (runtime/session.py);
-- ``io.tierlake.internal.CachingObjectStore`` is the embedded metastore's
-  ``RawStore``: ``getTable`` and ``getDatabase`` from memory while the row is
-  unchanged (runtime/session.py);
-- ``io.tierlake.internal.SessionViews`` is ``spark_catalog``: Iceberg's
-  SparkSessionCatalog, whose ``CREATE OR REPLACE VIEW`` also replaces the
-  view's text in the metastore, which Spark resolves the view by;
-- ``org.apache.hadoop.hive.metastore.txn.TierlakeTxnHandler`` is the embedded
-  metastore's lock store: a lock request of another application pauses the
-  server's stream committers of that table until its commit lands;
-- ``io.tierlake.internal.IncrementalCatalog`` is the read-only catalog
-  ``tierlake_inc`` whose ``<db>.<table>.after_<snapshot>`` is an incremental
-  (append) read of a stream table, the stream part of a fresh view
-  (server/changelog/fresh_view.py);
-- ``io.tierlake.internal.TaskErrorGuard`` keeps a task's OutOfMemoryError
-  from exiting the JVM of a local master: the query fails, the server stays
-  up, and starts ``io.tierlake.internal.TaskReaper``, which stops a killed
-  task still computing one row two seconds later, so its core is free;
-  ``io.tierlake.internal.StatementDeadline`` fails the Spark jobs of a
-  statement past ``tierlake.query.timeout`` with an error that says so
-  (server/runtime/resource_bounds.py).
+Each feature keeps its JVM half beside its Python: ``server/<package>/java/``
+(ingest: the group committer; changelog: fresh views' merge, catalog and
+readers, the lake's file copy; catalog: Spark's key equality; state: the
+small sys tables; gateway/auth: the resolved-plan check; metastore: the
+embedded metastore's compare-and-set, cache and lock store, the session
+catalog; bounds: statement deadlines, task errors and the task reaper;
+runtime itself: Spark's parser helpers, the internal Thrift Server's
+authenticator, ``file:`` without forks). All of them compile as one unit
+(one Java package, ``io.tierlake.internal``), and a class refers only to
+classes of its own or a lower layer (tests/test_architecture.py).
+
+A feature also contributes what Spark must be started with — settings,
+session extensions, class path, a step once the session is up — as a
+``JvmFeature``; the composition root (server/app.py) lists them and
+runtime/session.py merges them. The jar goes on the driver's class path, and
+with any master but ``local`` on ``spark.jars`` too: tasks on executors run
+KeySet, the readers of IncrementalCatalog and FreshEntries, FreshMerge's
+distributed form, and LocalFileSystem.
 """
 
 from __future__ import annotations
@@ -61,40 +33,56 @@ import shutil
 import subprocess
 import tempfile
 import zipfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tierlake.server.exceptions import JarResolutionError
+from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.jars import iceberg_runtime_jar, pyspark_jars_dir
 
 log = logging.getLogger("tierlake.session")
 
-SOURCES = Path(__file__).with_name("java")
+# The server's source tree: every ``<package>/java/*.java`` under it is compiled.
+SERVER = Path(__file__).resolve().parent.parent
 PLAN_WALKER = "io.tierlake.internal.PlanWalker"
-AUTHZ_CHECK = "io.tierlake.internal.AuthzCheck"
 SECRET_AUTHENTICATOR = "io.tierlake.internal.SecretAuthenticator"
-SMALL_TABLES = "io.tierlake.internal.SmallTables"
-LAKE_FILES = "io.tierlake.internal.LakeFiles"
-STREAM_INGEST = "io.tierlake.internal.StreamIngest"
-# Compiled against the Iceberg runtime jar (left out when it is missing).
-ICEBERG_SOURCES = {"SmallTables.java", "LakeFiles.java", "StreamIngest.java", "FreshEntries.java", "FreshMerge.java",
-                   "SessionViews.java"}
 LOCAL_FILE_SYSTEM = "io.tierlake.internal.LocalFileSystem"
-INCREMENTAL_CATALOG = "io.tierlake.internal.IncrementalCatalog"
-FRESH_MERGE = "io.tierlake.internal.FreshMerge"
-SESSION_VIEWS = "io.tierlake.internal.SessionViews"
-FRESH_LOCAL_ROWS_CONF = "spark.tierlake.fresh.local-merge-rows"  # FreshMerge.LOCAL_ROWS_CONF
-CAS_ALTER_HANDLER = "io.tierlake.internal.CasAlterHandler"
-CACHING_OBJECT_STORE = "io.tierlake.internal.CachingObjectStore"
-TXN_HANDLER = "org.apache.hadoop.hive.metastore.txn.TierlakeTxnHandler"
-TASK_ERROR_GUARD = "io.tierlake.internal.TaskErrorGuard"
-STATEMENT_DEADLINE = "io.tierlake.internal.StatementDeadline"
-INCREMENTAL_CATALOG_NAME = "tierlake_inc"  # spark.sql.catalog.<this>, set by runtime/session.py
+
+
+def sources() -> list[Path]:
+    """Every feature's Java sources, in a stable order."""
+    return sorted(SERVER.glob("**/java/*.java"), key=lambda p: p.relative_to(SERVER).as_posix())
+
+
+def needs_iceberg(source: Path) -> bool:
+    """Compiled against the Iceberg runtime jar, and left out when it is missing."""
+    return "import org.apache.iceberg." in source.read_text()
+
+
+@dataclass(frozen=True)
+class JvmFeature:
+    """What one feature adds to the Spark it runs in (merged by runtime/session.py).
+
+    ``settings(config, user)`` returns Spark settings (``user``: the user's own
+    ``spark.*`` settings, which win over every feature's); ``extensions`` are
+    session extension classes, in order; ``classpath(config)`` is jars the
+    driver needs before any SQL; ``started(spark, config, owns_metastore)``
+    runs once the session is up.
+    """
+
+    name: str
+    settings: Callable[[Config, Mapping[str, str]], dict[str, str]] | None = None
+    extensions: tuple[str, ...] = ()
+    classpath: Callable[[Config], list[str]] | None = None
+    started: Callable[[Any, Config, bool], None] | None = None
 
 
 def _key() -> str:
     digest = hashlib.sha256(importlib.metadata.version("pyspark").encode())
-    for source in sorted(SOURCES.glob("*.java")):
-        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    for source in sources():
+        digest.update(source.relative_to(SERVER).as_posix().encode() + b"\0" + source.read_bytes())
     return digest.hexdigest()[:16]
 
 
@@ -114,14 +102,14 @@ def internal_jar(home: Path) -> Path:
             if dest.exists():
                 return dest
             with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
-                classpath, sources = [str(pyspark_jars_dir() / "*")], sorted(SOURCES.glob("*.java"))
+                classpath, files = [str(pyspark_jars_dir() / "*")], sources()
                 iceberg = iceberg_runtime_jar()
                 if iceberg is None:  # SmallTables needs Iceberg's API; without it sys tables go through Spark
-                    sources = [s for s in sources if s.name not in ICEBERG_SOURCES]
+                    files = [s for s in files if not needs_iceberg(s)]
                 else:
                     classpath.append(str(iceberg))
                 result = subprocess.run(
-                    [javac, "-nowarn", "-d", tmp, "-cp", os.pathsep.join(classpath), *[str(s) for s in sources]],
+                    [javac, "-nowarn", "-d", tmp, "-cp", os.pathsep.join(classpath), *[str(s) for s in files]],
                     capture_output=True, text=True)
                 if result.returncode != 0:
                     raise JarResolutionError(f"cannot compile tierlake's JVM classes: {result.stderr.strip()}")

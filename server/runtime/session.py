@@ -16,36 +16,16 @@ import re
 import secrets
 import socket
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tierlake.server.exceptions import HomeInUseError, MigrationError
-from tierlake.server.runtime import resource_bounds
+from tierlake.server.exceptions import HomeInUseError
 from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.jars import resolve_iceberg_jars
-from tierlake.server.runtime.javaext import (
-    AUTHZ_CHECK,
-    CACHING_OBJECT_STORE,
-    CAS_ALTER_HANDLER,
-    FRESH_LOCAL_ROWS_CONF,
-    FRESH_MERGE,
-    INCREMENTAL_CATALOG,
-    INCREMENTAL_CATALOG_NAME,
-    LOCAL_FILE_SYSTEM,
-    SECRET_AUTHENTICATOR,
-    SESSION_VIEWS,
-    TXN_HANDLER,
-    internal_jar,
-)
+from tierlake.server.runtime.javaext import LOCAL_FILE_SYSTEM, SECRET_AUTHENTICATOR, JvmFeature, internal_jar
 from tierlake.server.runtime.jvm import jclass
 from tierlake.server.runtime.log_setup import log4j2_config
-from tierlake.server.runtime.metastore import (  # noqa: F401 - derby_url: re-export
-    check_remote_locks,
-    derby_url,
-    ensure_lock_tables,
-    metastore_db,
-)
 
 log = logging.getLogger("tierlake.session")
 
@@ -232,13 +212,6 @@ def fair_scheduler_file(home: Path) -> Path:
     return path
 
 
-def embedded_metastore(db, user_conf: dict[str, str]) -> bool:
-    """The metastore's code runs in this JVM and nowhere else: embedded Derby,
-    and no remote metastore service named (``hive.metastore.uris``)."""
-    uris = user_conf.get("spark.hadoop.hive.metastore.uris") or user_conf.get("hive.metastore.uris")
-    return not db.shared and not (uris or "").strip()
-
-
 def executors_in_driver(master: str) -> bool:
     """A ``local`` master: tasks run in the driver's JVM, with its class path.
     Any other (``local-cluster``, ``spark://``, YARN, K8s) starts executor JVMs
@@ -246,28 +219,16 @@ def executors_in_driver(master: str) -> bool:
     return re.fullmatch(r"local(\[.*\])?", master.strip()) is not None
 
 
-def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
-    """Every Spark setting of the server, user settings last (they win)."""
+def spark_settings(config: Config, thrift_port: int, features: Sequence[JvmFeature] = ()) -> dict[str, str]:
+    """Every Spark setting of the server: its own, then each feature's (in
+    ``features``' order), the user's last (they win)."""
     home = config.home
     settings = {
         "spark.app.name": "tierlake",
-        # AuthzCheck: the gateway's second line, on Spark's resolved plans (sessions it bound to a role only).
-        # FreshMerge: a fresh view's few pending changes merged while the query is planned.
-        "spark.sql.extensions":
-            f"org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions,{AUTHZ_CHECK},{FRESH_MERGE}",
-        FRESH_LOCAL_ROWS_CONF: str(config.int("tierlake.fresh.local-merge-rows")),
-        # Iceberg's SparkSessionCatalog, whose view replace also replaces the metastore's view text
-        # (SessionViews.java: Spark resolves a session-catalog view by that text).
-        "spark.sql.catalog.spark_catalog": SESSION_VIEWS,
-        "spark.sql.catalog.spark_catalog.type": "hive",
-        # Every JDBC session of the Thrift Server has its own catalog
-        # instance; with Iceberg's table cache on, a commit made in one
-        # session stays invisible to the others for up to 30 s.
-        "spark.sql.catalog.spark_catalog.cache-enabled": "false",
+        "spark.sql.extensions": ",".join(
+            ["org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+             *(extension for feature in features for extension in feature.extensions)]),
         "spark.sql.catalogImplementation": "hive",
-        # Fresh views read a stream table after a snapshot through this
-        # read-only catalog (Spark 3.5 SQL cannot name a read option).
-        f"spark.sql.catalog.{INCREMENTAL_CATALOG_NAME}": INCREMENTAL_CATALOG,
         "spark.sql.warehouse.dir": config.warehouse_dir.as_uri(),
         "spark.hadoop.hive.metastore.warehouse.dir": config.warehouse_dir.as_uri(),
         "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
@@ -306,35 +267,15 @@ def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
         f"-Dderby.system.home={home.as_posix()}",
         f"-Dderby.stream.error.file={(config.logs_dir / 'derby.log').as_posix()}",
     ]
-    db = metastore_db(config)
-    settings.update(db.spark_settings())
     user = config.spark_conf()
-    if embedded_metastore(db, user):
-        # Embedded Derby: every metastore call runs in this JVM, where
-        # CasAlterHandler.java makes an Iceberg commit's alter_table a
-        # compare-and-set on metadata_location; Iceberg then skips the metastore
-        # locks, whose statements Derby compiled anew each time (a third of a
-        # commit's CPU), and CachingObjectStore.java answers getTable from
-        # memory while the row is unchanged. A shared PostgreSQL metastore, or a
-        # remote metastore service (hive.metastore.uris), runs none of this code
-        # where the commits land: Iceberg keeps its locks there.
-        settings["spark.hadoop.hive.metastore.alter.impl"] = CAS_ALTER_HANDLER
-        settings["spark.hadoop.hive.metastore.rawstore.impl"] = CACHING_OBJECT_STORE
-        settings["spark.hadoop.hive.metastore.txn.store.impl"] = TXN_HANDLER
-        settings["spark.hadoop.iceberg.engine.hive.lock-enabled"] = "false"
-        # The same catalog with Iceberg's metastore locks, for this process's
-        # maintenance commits to stream tables (iceberg_table(locking=True)): a lock
-        # request makes the table's committers hold back until the commit lands
-        # (TierlakeTxnHandler.java); without it a stream compaction under steady
-        # ingest lost every retry to the group commits (110 s, then failed).
-        settings[f"spark.sql.catalog.{LOCKING_CATALOG}"] = "org.apache.iceberg.spark.SparkCatalog"
-        settings[f"spark.sql.catalog.{LOCKING_CATALOG}.type"] = "hive"
-        settings[f"spark.sql.catalog.{LOCKING_CATALOG}.cache-enabled"] = "false"
-        settings[f"spark.sql.catalog.{LOCKING_CATALOG}.hadoop.iceberg.engine.hive.lock-enabled"] = "true"
-    # The metastore's JDBC driver is needed by the driver JVM only (Hive's
-    # metastore code runs there), and before any SQL: the class path.
+    for feature in features:
+        if feature.settings is not None:
+            settings.update(feature.settings(config, user))
+    # A feature's jars (the metastore's JDBC driver) are needed by the driver
+    # JVM only (Hive's metastore code runs there), and before any SQL: the class path.
     internal = str(internal_jar(home))
-    classpath = list(db.jars) + [internal]
+    classpath = [jar for feature in features if feature.classpath is not None
+                 for jar in feature.classpath(config)] + [internal]
     executor_jars: list[str] = []
     if "spark.jars.packages" not in user:
         jars = resolve_iceberg_jars(home, os.environ.get("TIERLAKE_ICEBERG_JARS"))
@@ -370,7 +311,6 @@ def spark_settings(config: Config, thrift_port: int) -> dict[str, str]:
     settings[REDACTION_KEY] = REDACTION_OPTIONS_REGEX
     if user.get(REDACTION_KEY, REDACTION_OPTIONS_REGEX) != REDACTION_OPTIONS_REGEX:
         log.warning("%s as configured: SET may show a reader the driver's host, ports and paths", REDACTION_KEY)
-    settings.update(resource_bounds.spark_settings(config))
     settings.update(user)
     # Spark would substitute ${…} in a statement's text after the gateway
     # authorised its parse (and leak ${env:…}); no setting turns it on.
@@ -402,7 +342,8 @@ def _start_jvm(master: str, settings: dict[str, str], env: Mapping[str, str] | N
     SparkContext(conf=conf, gateway=gateway)
 
 
-def build_spark(config: Config, thrift_port: int, owns_metastore: bool = True) -> Any:
+def build_spark(config: Config, thrift_port: int, features: Sequence[JvmFeature],
+                owns_metastore: bool = True) -> Any:
     """Create the SparkSession (the JVM starts here).
 
     ``owns_metastore``: this process's metastore is the embedded Derby one
@@ -415,24 +356,18 @@ def build_spark(config: Config, thrift_port: int, owns_metastore: bool = True) -
     # Executors of a cluster master start Python workers with this
     # interpreter; the default "python3" may lack pyspark.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    settings = spark_settings(config, thrift_port)
+    settings = spark_settings(config, thrift_port, features)
     _start_jvm(config.text("tierlake.master"), settings, jvm_environment(config.spark_conf()))
     builder = SparkSession.builder.master(config.text("tierlake.master"))
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.enableHiveSupport().getOrCreate()
-    resource_bounds.install(spark, config)
     log.info("SparkSession started: Spark %s, master %s", spark.version, spark.sparkContext.master)
     # Opening the metastore creates its Derby schema on first start.
     spark.sql("SHOW DATABASES").collect()
-    db = metastore_db(config)
-    # A shared database is prepared by whichever process comes first
-    # (idempotent, under a lock); embedded Derby only by its owner.
-    if owns_metastore or db.shared:
-        ensure_lock_tables(spark, db)
-    uris = config.values.get("spark.hadoop.hive.metastore.uris") or config.values.get("hive.metastore.uris")
-    if (uris or "").strip():
-        check_remote_locks(spark, uris.strip())
+    for feature in features:
+        if feature.started is not None:
+            feature.started(spark, config, owns_metastore)
     return spark
 
 
@@ -491,87 +426,3 @@ def iceberg_table(spark: Any, name: str, locking: bool = False) -> Any:
     if locking and spark.conf.get(f"spark.sql.catalog.{LOCKING_CATALOG}", None):
         name = f"{LOCKING_CATALOG}.{name}"
     return jclass("org.apache.iceberg.spark.Spark3Util", jvm).loadIcebergTable(spark._jsparkSession, name)
-
-
-def _serve_metastore_on_loopback(spark: Any, hconf: Any, port: int) -> bool:
-    """HiveMetaStore.startMetaStore's plain set-up (set_ugi, binary protocol),
-    with its server socket on 127.0.0.1: Hive 2.3 opens it on every address
-    (HiveAuthUtils.getServerSocket(null, port)) and never reads
-    hive.metastore.thrift.bind.host. False, serving nothing, when the
-    configuration asks for a transport only Hive's own start-up builds."""
-    jvm, gateway = spark.sparkContext._jvm, spark.sparkContext._gateway
-    conf_vars = getattr(jvm.org.apache.hadoop.hive.conf, "HiveConf$ConfVars")
-    if (any(hconf.getBoolVar(getattr(conf_vars, name)) for name in (
-            "METASTORE_USE_THRIFT_SASL", "METASTORE_USE_THRIFT_FRAMED_TRANSPORT",
-            "METASTORE_USE_THRIFT_COMPACT_PROTOCOL", "HIVE_METASTORE_USE_SSL"))
-            or not hconf.getBoolVar(conf_vars.METASTORE_EXECUTE_SET_UGI)):
-        return False
-    metastore = "org.apache.hadoop.hive.metastore."
-    # What startMetaStore sets first: handlers take a client's address from its connection.
-    remote = jvm.java.lang.Class.forName(metastore + "HiveMetaStore").getDeclaredField("isMetaStoreRemote")
-    remote.setAccessible(True)
-    remote.setBoolean(None, True)
-    max_message = hconf.getLongVar(conf_vars.METASTORESERVERMAXMESSAGESIZE)
-    base = getattr(jvm.org.apache.hadoop.hive.metastore, "HiveMetaStore$HMSHandler")(
-        "new db based metaserver", hconf, False)
-    handler = jvm.org.apache.hadoop.hive.metastore.HiveMetaStore.newRetryingHMSHandler(base, hconf)
-    server_socket = jvm.org.apache.thrift.transport.TServerSocket(jvm.java.net.InetSocketAddress(LOOPBACK, port))
-    if hconf.getBoolVar(conf_vars.METASTORE_TCP_KEEP_ALIVE):
-        server_socket = jvm.org.apache.hadoop.hive.metastore.TServerSocketKeepAlive(server_socket)
-    protocol = getattr(jvm.org.apache.thrift.protocol, "TBinaryProtocol$Factory")
-    args = getattr(jvm.org.apache.thrift.server, "TThreadPoolServer$Args")(server_socket)
-    args.processor(jvm.org.apache.hadoop.hive.metastore.TUGIBasedProcessor(handler))
-    args.transportFactory(getattr(jvm.org.apache.hadoop.hive.thrift, "TUGIContainingTransport$Factory")())
-    args.protocolFactory(protocol())
-    args.inputProtocolFactory(protocol(True, True, max_message, max_message))
-    args.minWorkerThreads(hconf.getIntVar(conf_vars.METASTORESERVERMINTHREADS))
-    args.maxWorkerThreads(hconf.getIntVar(conf_vars.METASTORESERVERMAXTHREADS))
-    server = jvm.org.apache.thrift.server.TThreadPoolServer(args)
-    # Hive's per-connection clean-up (each connection's RawStore is shut down when it closes),
-    # an anonymous class with a package-private constructor.
-    events = jvm.java.lang.Class.forName(metastore + "HiveMetaStore$3").getDeclaredConstructor(
-        gateway.new_array(jvm.java.lang.Class, 0))
-    events.setAccessible(True)
-    server.setServerEventHandler(events.newInstance(gateway.new_array(jvm.java.lang.Object, 0)))
-    server.serve()
-    return True
-
-
-def start_metastore_service(spark: Any, config: Config, port: int) -> int:
-    """Serve this server's metastore over Hive's Thrift protocol on 127.0.0.1.
-
-    Embedded Derby admits one JVM; ``tierlake tiering-service`` processes
-    reach the same catalog through this (``hive.metastore.uris``).
-    """
-    import threading
-    import time
-
-    jvm = spark.sparkContext._jvm
-    port = port or free_port()
-    hconf = jvm.org.apache.hadoop.hive.conf.HiveConf(
-        spark.sparkContext._jsc.hadoopConfiguration(),
-        jvm.java.lang.Class.forName("org.apache.hadoop.hive.conf.HiveConf"),
-    )
-    metastore_db(config).hive_conf(hconf)
-    hconf.set("hive.metastore.thrift.bind.host", "127.0.0.1")
-    bridge = jvm.org.apache.hadoop.hive.shims.ShimLoader.getHadoopThriftAuthBridge()
-
-    def serve() -> None:
-        try:
-            if not _serve_metastore_on_loopback(spark, hconf, port):
-                log.warning("the metastore service listens on every address (Hive's SASL, SSL or framed "
-                            "transport is configured, which only HiveMetaStore.startMetaStore sets up)")
-                jvm.org.apache.hadoop.hive.metastore.HiveMetaStore.startMetaStore(port, bridge, hconf)
-        except Exception:
-            log.exception("metastore service stopped")
-
-    threading.Thread(target=serve, name="tierlake-metastore", daemon=True).start()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            log.info("metastore service on thrift://127.0.0.1:%d", port)
-            return port
-        except OSError:
-            time.sleep(0.2)
-    raise MigrationError(f"the metastore service did not start on port {port}")

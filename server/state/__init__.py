@@ -2,8 +2,8 @@
 
 - :mod:`.state_table`: :class:`~.state_table.SmallTable`, small state tables
   (coordinator state, KV catalog, journals) read and rewritten whole, without a
-  Spark job, through ``runtime/java/SmallTables.java`` (the Java class stays in
-  ``server/runtime/java/``: ``runtime/javaext.py`` compiles that folder as one unit);
+  Spark job, through ``java/SmallTables.java`` (``runtime/javaext.py`` compiles it
+  with every other feature's Java into one jar);
 - :mod:`.state_version`: the version of the ``sys`` state this process changed,
   for caches of reads from it (the gateway's status reads) and ``settle``;
 - :mod:`.migrations`: the ordered schema migrations of ``sql/schema/`` and the

@@ -106,7 +106,7 @@ class SmallTable:
             cached = _ROWS[self.name] = (snap, rows)
         return snap, _copy(cached[1])
 
-    # -- the JVM path (server/runtime/java/SmallTables.java): no Spark job ------
+    # -- the JVM path (server/state/java/SmallTables.java): no Spark job ------
     def _io(self, table: Any) -> Any | None:
         """tierlake's ``SmallTables`` class when it can handle ``table``, else None (Spark is used)."""
         if self._jvm_io is False:

@@ -59,8 +59,8 @@ from tierlake.server.exceptions import (
     TableExistsError,
 )
 from tierlake.server.ingest import request_ids
+from tierlake.server.ingest.jvm import STREAM_INGEST
 from tierlake.server.runtime import faults, operations
-from tierlake.server.runtime.javaext import STREAM_INGEST
 from tierlake.server.runtime.jvm import jclass
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.state.state_table import SmallTable

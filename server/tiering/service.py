@@ -9,14 +9,16 @@ metastore service (``tierlake.metastore.port`` on the server).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from tierlake.server.changelog import fresh_view
 from tierlake.server.clients.procedure_client import JdbcClient
 from tierlake.server.exceptions import ConfigError
+from tierlake.server.metastore.database import metastore_db
 from tierlake.server.observability.http import ObservabilityHttp
 from tierlake.server.runtime.config import Config
-from tierlake.server.runtime.metastore import metastore_db
+from tierlake.server.runtime.javaext import JvmFeature
 from tierlake.server.runtime.session import HomeLock, build_spark, free_port
 from tierlake.server.tiering.worker import Worker, persistent_job_id
 
@@ -25,9 +27,10 @@ METASTORE_URIS = "spark.hadoop.hive.metastore.uris"
 
 
 class TieringService:
-    def __init__(self, config: Config, url: str, user: str = "tiering-service", password: str | None = None,
-                 ca_file: str | None = None):
-        self.config, self.url = config, url
+    def __init__(self, config: Config, url: str, features: Sequence[JvmFeature], user: str = "tiering-service",
+                 password: str | None = None, ca_file: str | None = None):
+        """``features``: what each feature adds to Spark (the composition root's ``JVM_FEATURES``)."""
+        self.config, self.url, self.features = config, url, tuple(features)
         self.client = JdbcClient(url, user, password, ca_file)
         self.lock = HomeLock(config.home)
         self.spark: Any = None
@@ -55,7 +58,7 @@ class TieringService:
                 self.config.values[METASTORE_URIS] = info["metastore_uri"]
             if info.get("warehouse"):
                 self.config.values.setdefault("spark.sql.warehouse.dir", info["warehouse"])
-            self.spark = build_spark(self.config, free_port(), owns_metastore=False)
+            self.spark = build_spark(self.config, free_port(), self.features, owns_metastore=False)
             for n in range(count):
                 job_id = persistent_job_id(self.config.home, f"tiering-service-{n}")
                 worker = Worker(self.spark, self.client, job_id, self.config)

@@ -17,7 +17,7 @@ import pytest
 from pyhive import exc, hive
 
 from tests.conftest import free_port, start_server_process, stop_process
-from tierlake.server.runtime import resource_bounds
+from tierlake.server.bounds import resource_bounds
 from tierlake.server.runtime.config import Config
 
 TIMEOUT_S = 5  # readers' (tierlake.query.reader-timeout)

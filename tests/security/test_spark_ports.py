@@ -18,6 +18,7 @@ from pyhive import exc as hive_exc
 
 from tests.conftest import free_port, service_ready, start_server_process, start_service_process, stop_process
 from tests.security.conftest import PASSWORD
+from tierlake.server.app import JVM_FEATURES
 from tierlake.server.runtime import session
 from tierlake.server.runtime.config import Config
 
@@ -35,7 +36,7 @@ def home(tmp_path_factory):
 
 
 def test_by_default_the_driver_listens_on_loopback_without_authentication(home):
-    settings = session.spark_settings(Config.load(home=home), 12345)
+    settings = session.spark_settings(Config.load(home=home), 12345, JVM_FEATURES)
     assert settings["spark.driver.bindAddress"] == settings["spark.driver.host"] == LOOPBACK
     assert settings["spark.hadoop.hive.server2.thrift.bind.host"] == LOOPBACK
     assert "spark.authenticate" not in settings and "spark.authenticate.secret" not in settings
@@ -52,7 +53,8 @@ def test_by_default_the_driver_listens_on_loopback_without_authentication(home):
 def test_a_wider_bind_turns_on_authentication_and_encryption_with_a_fresh_secret(home, caplog, user):
     caplog.set_level(logging.WARNING, logger="tierlake.session")
     config = Config.load(home=home, conf=user)
-    first, second = session.spark_settings(config, 12345), session.spark_settings(config, 12345)
+    first = session.spark_settings(config, 12345, JVM_FEATURES)
+    second = session.spark_settings(config, 12345, JVM_FEATURES)
     for settings in (first, second):
         assert settings["spark.authenticate"] == "true"
         assert settings["spark.network.crypto.enabled"] == "true"
@@ -78,7 +80,7 @@ def test_what_the_user_gives_wins_and_is_logged(home, caplog):
     caplog.set_level(logging.WARNING, logger="tierlake.session")
     given = {**WIDE, "spark.authenticate": "false", "spark.authenticate.secret": "cluster-secret",
              session.REDACTION_KEY: "(?i)url"}
-    settings = session.spark_settings(Config.load(home=home, conf=given), 12345)
+    settings = session.spark_settings(Config.load(home=home, conf=given), 12345, JVM_FEATURES)
     assert settings["spark.authenticate"] == "false"
     assert settings["spark.authenticate.secret"] == "cluster-secret"  # a standalone cluster's shared secret
     # Spark does not start with crypto on and authentication off: the user's "false" takes crypto with it.

@@ -47,7 +47,7 @@ from tierlake.server.changelog import fresh_view
 from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.planner import Registered, plan_round
 from tierlake.server.coordinator.registration import registered_record
-from tierlake.server.runtime.javaext import STREAM_INGEST
+from tierlake.server.ingest.jvm import STREAM_INGEST
 from tierlake.server.runtime.jvm import jclass
 from tierlake.server.runtime.session import activate, iceberg_table, private_session
 from tierlake.server.tiering.round import run_round

@@ -155,6 +155,7 @@ def test_kill_9_after_acknowledgements_loses_nothing_and_retries_never_duplicate
 
 EXTERNAL_WRITER = """
 import sys
+from tierlake.server.app import JVM_FEATURES
 from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.session import build_spark
 from tests.conftest import free_port
@@ -162,7 +163,7 @@ from tests.conftest import free_port
 home, uri, warehouse, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 config = Config.load(home=home, conf={"tierlake.master": "local[1]", "spark.sql.shuffle.partitions": "1",
                                       "spark.hadoop.hive.metastore.uris": uri, "spark.sql.warehouse.dir": warehouse})
-spark = build_spark(config, free_port(), owns_metastore=False)
+spark = build_spark(config, free_port(), JVM_FEATURES, owns_metastore=False)
 assert spark.conf.get("spark.hadoop.iceberg.engine.hive.lock-enabled", "true") == "true"
 for i in range(n):
     spark.sql(f"INSERT INTO shop.events VALUES ({900000 + i * 10}, 'external'), ({900001 + i * 10}, 'external')")

@@ -20,8 +20,8 @@ from pyhive import hive
 
 from tests.conftest import subprocess_env
 from tests.server.tiering.conftest import run
+from tierlake.server.ingest.jvm import STREAM_INGEST
 from tierlake.server.ingest.writer import StreamWriter
-from tierlake.server.runtime.javaext import STREAM_INGEST
 from tierlake.server.runtime.jvm import jclass
 from tierlake.server.runtime.session import iceberg_table
 

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from pyhive import hive
 
 from tests.server.tiering.conftest import make_due, run, wait_tiered
-from tierlake.server.runtime.javaext import STREAM_INGEST
+from tierlake.server.ingest.jvm import STREAM_INGEST
 from tierlake.server.runtime.jvm import jclass
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.state.housekeeping import Housekeeper

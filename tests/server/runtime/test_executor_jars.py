@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from tierlake.server.app import JVM_FEATURES
 from tierlake.server.runtime import session
 from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.javaext import LOCAL_FILE_SYSTEM
@@ -21,7 +22,8 @@ def internal(tmp_path, monkeypatch):
 
 
 def settings(tmp_path, master: str, **conf: str) -> dict[str, str]:
-    return session.spark_settings(Config.load(home=tmp_path, conf={"tierlake.master": master, **conf}), 12345)
+    return session.spark_settings(Config.load(home=tmp_path, conf={"tierlake.master": master, **conf}), 12345,
+                                 JVM_FEATURES)
 
 
 @pytest.mark.parametrize("master", ["spark://127.0.0.1:7077", "local-cluster[1,1,1024]", "yarn",

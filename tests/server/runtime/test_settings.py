@@ -156,7 +156,7 @@ def test_only_an_embedded_metastore_gets_the_lock_free_commit_path():
     metastore service (a stock Hive metastore would lose commits lock-free)."""
     from types import SimpleNamespace
 
-    from tierlake.server.runtime.session import embedded_metastore
+    from tierlake.server.metastore.jvm import embedded_metastore
 
     derby, postgres = SimpleNamespace(shared=False), SimpleNamespace(shared=True)
     assert embedded_metastore(derby, {}) is True

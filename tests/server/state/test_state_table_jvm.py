@@ -1,4 +1,4 @@
-"""SmallTable's JVM path (server/runtime/java/SmallTables.java) against the
+"""SmallTable's JVM path (server/state/java/SmallTables.java) against the
 Spark path it replaces: the same rows come back whichever wrote them, a lost
 race is a conflict the retry loop recognises, and Spark reads what it wrote."""
 

@@ -1,11 +1,11 @@
 """A reader queries a fresh view, never the ``tierlake_inc`` relations behind it
-(server/runtime/java/IncrementalCatalog.java, FreshMerge.java): the merged
+(server/changelog/java/IncrementalCatalog.java, FreshMerge.java): the merged
 names ``winners_after_…`` (primary-key tables) and ``pending_after_…`` (log
 tables) are refused to a plain reader at the gateway with a permission error
 naming the relation, whether the name is the one the view really reads or a
 malformed one, while the same reader reads the view itself; nor may a reader
 ``USE`` the catalog to name them without it (refused on Spark's resolved plan,
-server/runtime/java/AuthzCheck.java).
+server/gateway/auth/java/AuthzCheck.java).
 
 Readers connect through a gateway with a password file, as the security tests
 do (tests/security/conftest.py), in front of the shared server.
@@ -138,7 +138,7 @@ def test_a_reader_reads_the_view_but_not_the_relations_it_names(hive_cursor, spa
 def test_use_of_the_incremental_catalog_does_not_open_its_names_to_a_reader(hive_cursor, spark, reader):
     """``USE tierlake_inc.<db>.<t>`` would make the merged relation a one-part name, which the gateway
     resolves against the session catalog: a reader may not USE another catalog (decided on Spark's
-    resolved plan, server/runtime/java/AuthzCheck.java), and stays where it was."""
+    resolved plan, server/gateway/auth/java/AuthzCheck.java), and stays where it was."""
     name, relation, fresh, expected = pinned_with_pending(hive_cursor, spark, pk=False)
     for target in (f"tierlake_inc.`{DB}`.`{name}`", f"tierlake_inc.{DB}", "`tierlake_inc`.x"):
         refused = refusal(reader, f"USE {target}")

@@ -39,9 +39,9 @@ from tests.server.tiering.conftest import handle, run
 from tierlake.server.catalog.table_path import parse_table_path
 from tierlake.server.changelog import fresh_view, planner
 from tierlake.server.changelog.handle import TableHandle
+from tierlake.server.changelog.jvm import FRESH_LOCAL_ROWS_CONF
 from tierlake.server.changelog.positions import lake_position
 from tierlake.server.maintenance import tables as table_maintenance
-from tierlake.server.runtime.javaext import FRESH_LOCAL_ROWS_CONF
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.tiering.round import run_round
 

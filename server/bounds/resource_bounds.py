@@ -7,7 +7,7 @@ hold a core forever, collect more than the heap into the driver, or (worst)
 end the JVM. Spark's TaskRunner hands an ``OutOfMemoryError`` raised in a task
 to ``SparkUncaughtExceptionHandler``, which calls ``System.exit``; a single
 ``SELECT repeat(s, 2000000000) FROM t`` ended every session
-(``runtime/java/TaskErrorGuard.java`` keeps that to the query).
+(``bounds/java/TaskErrorGuard.java`` keeps that to the query).
 """
 
 from __future__ import annotations
@@ -18,11 +18,13 @@ from typing import Any
 
 from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.durations import format_duration
-from tierlake.server.runtime.javaext import STATEMENT_DEADLINE, TASK_ERROR_GUARD
+from tierlake.server.runtime.javaext import JvmFeature
 from tierlake.server.runtime.jvm import jclass
 
 log = logging.getLogger("tierlake.session")
 
+TASK_ERROR_GUARD = "io.tierlake.internal.TaskErrorGuard"
+STATEMENT_DEADLINE = "io.tierlake.internal.StatementDeadline"
 QUERY_TIMEOUT = "tierlake.query.timeout"
 READER_TIMEOUT = "tierlake.query.reader-timeout"
 MAX_RESULT_SIZE = "tierlake.query.max-result-size"
@@ -55,7 +57,8 @@ def install(spark: Any, config: Config) -> None:
         deadline = jclass(STATEMENT_DEADLINE, spark.sparkContext._jvm).install(
             spark.sparkContext._jsc.sc(), math.ceil(timeout.total_seconds() * 1000), reason)
         if readers.total_seconds() > 0:
-            # A reader's statements: the gateway bound its sessions' user to the role (AuthzCheck.java).
+            # A reader's statements: the gateway bound its sessions' user to the role
+            # (AuthzCheck.java tells StatementDeadline who is a reader).
             deadline.readers(math.ceil(readers.total_seconds() * 1000),
                              f"because a reader's statement ran longer than {READER_TIMEOUT} "
                              f"({format_duration(readers)})")
@@ -69,3 +72,7 @@ def guard_task_errors(spark: Any) -> bool:
     if installed:
         log.info("task memory errors fail their query, not the server (TaskErrorGuard)")
     return installed
+
+
+FEATURE = JvmFeature("bounds", settings=lambda config, user: spark_settings(config),
+                     started=lambda spark, config, owns_metastore: install(spark, config))

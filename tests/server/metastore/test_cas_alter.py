@@ -1,5 +1,5 @@
 """The embedded metastore's compare-and-set ``alter_table``
-(server/runtime/java/CasAlterHandler.java): with Iceberg's metastore locks
+(server/metastore/java/CasAlterHandler.java): with Iceberg's metastore locks
 off, concurrent commits to one table still all land, each exactly once."""
 
 from __future__ import annotations

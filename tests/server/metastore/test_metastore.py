@@ -4,9 +4,10 @@ import pytest
 
 from tierlake import sql
 from tierlake.server.exceptions import ConfigError
+from tierlake.server.metastore.database import JDO, LOCK_TABLES, POSTGRES_LOCK_TABLES, metastore_db
+from tierlake.server.metastore.jvm import FEATURE
 from tierlake.server.runtime import faults
 from tierlake.server.runtime.config import Config
-from tierlake.server.runtime.metastore import JDO, LOCK_TABLES, POSTGRES_LOCK_TABLES, metastore_db
 from tierlake.server.runtime.session import spark_settings
 
 
@@ -29,7 +30,7 @@ def test_postgres_url_selects_a_shared_metastore_with_its_driver_on_the_class_pa
         "tierlake.metastore.password": "pw", "tierlake.metastore.driver-jar": driver_jar})
     db = metastore_db(config)
     assert db.shared and db.kind == "postgresql"
-    settings = spark_settings(config, 12345)
+    settings = spark_settings(config, 12345, [FEATURE])
     assert settings[JDO + "ConnectionURL"] == "jdbc:postgresql://127.0.0.1:5433/ms"
     assert settings[JDO + "ConnectionDriverName"] == "org.postgresql.Driver"
     assert settings[JDO + "ConnectionUserName"] == "hive"
@@ -42,7 +43,7 @@ def test_postgres_url_selects_a_shared_metastore_with_its_driver_on_the_class_pa
 
 
 def test_embedded_derby_checks_commits_in_the_jvm_instead_of_locking(tmp_path):
-    settings = spark_settings(Config.load(home=tmp_path), 12345)
+    settings = spark_settings(Config.load(home=tmp_path), 12345, [FEATURE])
     assert settings["spark.hadoop.hive.metastore.alter.impl"] == "io.tierlake.internal.CasAlterHandler"
     assert settings["spark.hadoop.iceberg.engine.hive.lock-enabled"] == "false"
     assert settings["spark.hadoop.hive.server2.enable.doAs"] == "false"

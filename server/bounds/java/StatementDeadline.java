@@ -86,6 +86,9 @@ public final class StatementDeadline extends SparkListener {
     // Each statement's thread (by job group), and each thread's latest statement, as AuthzCheck saw them.
     private static final Map<String, Thread> THREADS = new ConcurrentHashMap<>();
     private static final Map<Thread, String> LATEST = Collections.synchronizedMap(new WeakHashMap<>());
+    // Users whose sessions the gateway last bound to the reader role (AuthzCheck tells us; this class
+    // knows nothing of roles, so the bounds sit below authorisation).
+    private static final Set<String> READERS = ConcurrentHashMap.newKeySet();
     private static final Set<String> STOPPED = ConcurrentHashMap.newKeySet();
     // Thread's interrupt status (one field since Java 14): HotSpot interrupts a thread it stops, and
     // a Thrift handler thread (a synchronous statement's) goes on to its connection's next statement
@@ -110,7 +113,7 @@ public final class StatementDeadline extends SparkListener {
     private final SparkContext sc;
     private final long timeoutMs;
     private final String reason;
-    // Readers' statements (AuthzCheck's role of the statement's user) get the shorter of the two.
+    // Readers' statements (their user last bound to the reader role: noteUser) get the shorter of the two.
     private volatile long readerTimeoutMs;
     private volatile String readerReason;
     private final Map<String, String> reasons = new ConcurrentHashMap<>();
@@ -128,6 +131,15 @@ public final class StatementDeadline extends SparkListener {
         this.sc = sc;
         this.timeoutMs = timeoutMs;
         this.reason = reason;
+    }
+
+    /** Whether {@code user}'s statements are a reader's, as the gateway last bound the user's sessions. */
+    public static void noteUser(String user, boolean reader) {
+        if (reader) {
+            READERS.add(user);
+        } else {
+            READERS.remove(user);
+        }
     }
 
     /** Listen on {@code sc}'s bus: statements' jobs fail {@code timeoutMs} after the statement started. */
@@ -268,7 +280,7 @@ public final class StatementDeadline extends SparkListener {
             String why = reason;
             long readers = readerTimeoutMs;
             if (readers > 0 && (limit <= 0 || readers < limit)
-                    && AuthzCheck.READER.equals(AuthzCheck.roleOfUser(start.userName()))) {
+                    && start.userName() != null && READERS.contains(start.userName())) {
                 limit = readers;
                 why = readerReason;
             }

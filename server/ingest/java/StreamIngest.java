@@ -115,15 +115,7 @@ public final class StreamIngest {
     /** How long a request id is remembered (tierlake.write.request-id-retention). */
     private static volatile long retentionMs = 3_600_000L;
 
-    /** Set while this thread commits as a table's committer (CasAlterHandler tells its commits from others'). */
-    private static final ThreadLocal<Boolean> COMMITTING = ThreadLocal.withInitial(() -> Boolean.FALSE);
-
     private StreamIngest() {}
-
-    /** Whether this thread is committing as a stream table's committer. */
-    static boolean committing() {
-        return COMMITTING.get();
-    }
 
     /**
      * The ledger table ({@code sys.write_requests}: table_uuid, request_id,
@@ -805,11 +797,11 @@ public final class StreamIngest {
                 if (cancelled.getAsBoolean()) {
                     throw new IllegalStateException(CANCELLED);
                 }
-                COMMITTING.set(Boolean.TRUE);
+                CasAlterHandler.COMMITTER.set(Boolean.TRUE);  // its commits are the server's own
                 try {
                     body.run();
                 } finally {
-                    COMMITTING.set(Boolean.FALSE);
+                    CasAlterHandler.COMMITTER.set(Boolean.FALSE);
                 }
                 STATEMENTS.incrementAndGet();
                 table.refresh();
@@ -926,11 +918,11 @@ public final class StreamIngest {
                 return;
             }
             try {
-                COMMITTING.set(Boolean.TRUE);
+                CasAlterHandler.COMMITTER.set(Boolean.TRUE);  // its commits are the server's own
                 try {
                     tx.commitTransaction();
                 } finally {
-                    COMMITTING.set(Boolean.FALSE);
+                    CasAlterHandler.COMMITTER.set(Boolean.FALSE);
                 }
             } catch (org.apache.iceberg.exceptions.CommitFailedException
                      | org.apache.iceberg.exceptions.ValidationException e) {

@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from tests.conftest import free_port, start_server_process, stop_process
-from tierlake.server.runtime import jvm_watch
+from tierlake.server.bounds import jvm_watch
 
 
 def _java_child(pid: int) -> int:

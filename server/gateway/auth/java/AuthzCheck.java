@@ -37,18 +37,12 @@ public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, 
 
     private static final Map<SparkSession, String> ROLES = Collections.synchronizedMap(new WeakHashMap<>());
 
-    // Users' roles as last bound: the Thrift Server's statement events name the user, not the session.
-    private static final Map<String, String> USER_ROLES = new java.util.concurrent.ConcurrentHashMap<>();
-
     /** Check every plan ``session`` (``user``'s) analyses from now on as ``role`` (admin, writer or reader). */
     public static void bind(SparkSession session, String role, String user) {
         ROLES.put(session, role);
-        if (user != null) USER_ROLES.put(user, role);
-    }
-
-    /** The role ``user``'s sessions were last bound to (null: never bound, e.g. development mode). */
-    public static String roleOfUser(String user) {
-        return user == null ? null : USER_ROLES.get(user);
+        // The Thrift Server's statement events name the user, not the session: the deadline of a
+        // reader's statements goes by the role its user was last bound to.
+        if (user != null) StatementDeadline.noteUser(user, READER.equals(role));
     }
 
     public static String roleOf(SparkSession session) {

@@ -55,6 +55,11 @@ public class CasAlterHandler extends HiveAlterHandler {
      */
     static final Map<String, Long> FOREIGN_WAITING = new java.util.concurrent.ConcurrentHashMap<>();
     static final long FOREIGN_PAUSE_MS = 1500;
+    /**
+     * Set while this thread commits as a stream table's committer (StreamIngest.java sets it): its
+     * commits are the server's own, every other commit an outsider's that may have to pause them.
+     */
+    static final ThreadLocal<Boolean> COMMITTER = ThreadLocal.withInitial(() -> Boolean.FALSE);
     static final java.util.concurrent.atomic.AtomicLong FOREIGN_LOCKS = new java.util.concurrent.atomic.AtomicLong();
 
     /** Lock requests of other applications seen so far (tests). */
@@ -136,7 +141,7 @@ public class CasAlterHandler extends HiveAlterHandler {
                     + "of the table); read the table again and repeat the change",
                     dbname, name, incoming, actual));
         }
-        boolean outsider = locking || (cas && !StreamIngest.committing());
+        boolean outsider = locking || (cas && !COMMITTER.get());
         if (!Objects.equals(expected, actual)) {
             if (outsider) {
                 // Another application (it locks: Spark elsewhere, a tiering service), or

@@ -1,7 +1,7 @@
-"""The embedded metastore's read cache (server/runtime/java/CachingObjectStore.java):
+"""The embedded metastore's read cache (server/metastore/java/CachingObjectStore.java):
 tables and databases are answered from memory while their row is unchanged, and
 every change made through the metastore is seen by the next read; and a replaced
-view's text (server/runtime/java/SessionViews.java)."""
+view's text (server/metastore/java/SessionViews.java)."""
 
 from __future__ import annotations
 
