@@ -229,19 +229,11 @@ def test_every_server_package_has_a_layer():
     assert packages <= layered, f"add these to SERVER_LAYERS and docs/architecture.md: {sorted(packages - layered)}"
 
 
-# Old import paths kept for user code (docs promised them), each an alias of the module that moved:
-# exempt from the layer rule, and imported by nothing in the tree (test below).
-COMPAT_ALIASES = {
-    "tierlake.server.runtime.functions": "tierlake.server.sqlapi.functions",  # docs/functions.md, extensions
-}
-
-
-def test_compat_aliases_only_alias_and_nothing_imports_them():
-    graph = import_graph()
-    for alias, target in COMPAT_ALIASES.items():
-        assert graph[alias] == {target}, f"{alias} must import only {target}"
-        importers = sorted(m for m, targets in graph.items() if alias in targets)
-        assert not importers, f"import {target}, not its old path {alias}: {importers}"
+def test_no_old_import_path_is_kept():
+    """Modules that only re-export another under an old name (``sys.modules[__name__] = …``) are gone:
+    one path per module (issue 52)."""
+    aliases = sorted(name for name, path in source_modules().items() if "sys.modules[__name__]" in path.read_text())
+    assert not aliases, aliases
 
 
 def wrong_way(graph: dict[str, set[str]]) -> list[str]:
@@ -249,8 +241,6 @@ def wrong_way(graph: dict[str, set[str]]) -> list[str]:
     layer = {name: i for i, names in enumerate(SERVER_LAYERS) for name in names}
     out = []
     for module, targets in graph.items():
-        if module in COMPAT_ALIASES:
-            continue
         for target in targets:
             a, b = _server_package(module), _server_package(target)
             if a is not None and b is not None and a != b and layer[b] >= layer[a]:
@@ -375,6 +365,50 @@ def test_the_java_graph_sees_code_and_not_comments():
     assert ingest not in graph["tierlake.server.gateway.auth.java.AuthzCheck"]
     # The rules above catch a Java edge the wrong way: the bounds naming authorisation.
     assert wrong_way({"tierlake.server.bounds": {"tierlake.server.gateway.auth"}})
+
+
+# ---- one reader of JVM failures ----
+
+JVM_ERRORS = "tierlake.server.runtime.jvm_errors"
+# What only the one reader may touch: py4j's and pyspark's handles on the Java throwable, its getters.
+JAVA_ERROR_HANDLES = {"java_exception", "_origin", "getMessage", "getErrorClass", "getMessageParameters"}
+
+
+def java_error_reads(modules: dict[str, Path] | None = None) -> list[str]:
+    """Places outside jvm_errors that read a JVM failure themselves: a Java throwable's handle or getter,
+    or a substring test on the text of an exception an ``except … as e`` caught."""
+    out = []
+    for name, path in (modules or source_modules()).items():
+        if name == JVM_ERRORS:
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in JAVA_ERROR_HANDLES:
+                out.append(f"{name}:{node.lineno} .{node.attr}")
+            elif isinstance(node, ast.Constant) and node.value in JAVA_ERROR_HANDLES:
+                out.append(f"{name}:{node.lineno} {node.value!r}")
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                for inner in ast.walk(node):
+                    if isinstance(inner, ast.Compare) and any(isinstance(o, (ast.In, ast.NotIn)) for o in inner.ops):
+                        for side in inner.comparators:
+                            if (isinstance(side, ast.Call) and isinstance(side.func, ast.Name)
+                                    and side.func.id == "str" and side.args
+                                    and isinstance(side.args[0], ast.Name) and side.args[0].id == node.name):
+                                out.append(f"{name}:{inner.lineno} `in str({node.name})`")
+    return sorted(out)
+
+
+def test_only_jvm_errors_reads_java_failures():
+    offenders = java_error_reads()
+    assert not offenders, ("read JVM failures through server/runtime/jvm_errors.py (is_, failure, sqlstate), "
+                           "not by their text:\n  " + "\n  ".join(offenders))
+
+
+def test_the_java_error_rule_sees_text_matching(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f(g):\n    try:\n        g()\n    except Exception as e:\n"
+                   "        if 'CommitFailedException' in str(e):\n            return e.java_exception\n")
+    assert len(java_error_reads({"tierlake.server.x": bad})) == 2
 
 
 # ---- function-level imports of our own modules say why ----

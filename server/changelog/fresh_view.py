@@ -80,6 +80,7 @@ from tierlake.server.changelog.positions import snapshot_at
 from tierlake.server.exceptions import ConcurrentUpdateError
 from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.jvm import jclass, string_map
+from tierlake.server.runtime.jvm_errors import Kind, is_
 from tierlake.server.runtime.session import activate, iceberg_table, private_session
 
 log = logging.getLogger("tierlake.fresh")
@@ -351,11 +352,11 @@ def sync_metastore_text(spark: Any, view: TablePath, expected: Any = True) -> Pi
                     client.alter_table_with_environmentContext(view.database, view.table, table, context)
                 return new
             except Exception as e:
-                if "has been modified" in str(e):
+                if is_(e, Kind.METASTORE_MODIFIED):
                     return False  # the compare-and-set lost: another re-pin landed in between
                 # The embedded metastore refuses an alter made from a copy that another replace
                 # of the view overtook (CasAlterHandler.java): read the view and its text again.
-                if "stale copy" not in str(e) or attempt == 2:
+                if not is_(e, Kind.STALE_COPY) or attempt == 2:
                     raise
         return False
 
@@ -482,7 +483,7 @@ def _pin_state(spark: Any, view: TablePath) -> tuple[bool, str | None, Pin | Non
         try:
             table = client.getTable(view.database, view.table)
         except Exception as e:
-            if "NoSuchObject" in type(e).__name__ or "NoSuchObject" in str(e):
+            if is_(e, Kind.NO_SUCH_OBJECT):
                 return False, None, None
             raise
         params = table.getParameters()

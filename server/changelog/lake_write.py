@@ -36,6 +36,7 @@ from tierlake.server.changelog.lake_schema import Carried
 from tierlake.server.changelog.planner import Chunk
 from tierlake.server.changelog.write_strategy import WriteStrategy
 from tierlake.server.runtime.jvm import jclass
+from tierlake.server.runtime.jvm_errors import Kind, is_, raised_by_sql
 
 log = logging.getLogger("tierlake.tiering")
 
@@ -319,7 +320,7 @@ class ChangelogWrite:
             else:
                 run()
         except Exception as e:
-            if not self.spec.is_primary_key or validation.GUARD not in str(e):
+            if not self.spec.is_primary_key or not raised_by_sql(e, validation.GUARD):
                 raise
             # The MERGE refused the chunk and committed nothing; the full check names what and where.
             validation.check_changes(self.spark, self.stream, self.spec, self.delta_view, self.files_view,
@@ -343,9 +344,9 @@ class ChangelogWrite:
             with bucketed_merge(self.spark):
                 run()
         except Exception as e:
-            text = str(e)
-            if validation.GUARD in text or "org.apache.iceberg.exceptions.Commit" in text:
+            if raised_by_sql(e, validation.GUARD) or is_(e, Kind.COMMIT_FAILED):
                 raise
+            text = str(e)
             log.warning("the bucketed MERGE of %s failed, running it again without the storage-partitioned "
                         "join settings: %s", self.stream, text.splitlines()[0][:500] if text else type(e).__name__)
             run()

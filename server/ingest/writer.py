@@ -42,18 +42,13 @@ from tierlake.server.exceptions import (
     WriteOutcomeUnknownError,
 )
 from tierlake.server.ingest.jvm import STREAM_INGEST
-from tierlake.server.runtime import operations
+from tierlake.server.runtime import jvm_errors, operations
 from tierlake.server.runtime.jvm import jclass
+from tierlake.server.runtime.jvm_errors import Kind
 
 log = logging.getLogger("tierlake.ingest")
 
 REQUEST_ID = WRITE_REQUEST_ID
-# StreamIngest.CANCELLED: a write dropped before its commit began.
-_CANCELLED = "tierlake: cancelled before its commit"
-# Prefixes of the errors a query's checks raise inside Spark (raise_error):
-# found again in Spark's exception text to give the client the typed error.
-_BAD_CHANGE = "tierlake: bad _change_type: "
-_NULL_KEY = "tierlake: NULL key: "
 ALLOWED = ", ".join(CHANGE_TYPES) + " or NULL (upsert)"
 
 
@@ -125,50 +120,54 @@ class StreamWriter:
         control = operations.current()
         unregister = control.on_cancel(staged.jstaged.cancel) if control is not None else (lambda: None)
         try:
-            outcome = str(staged.jstaged.commit(
-                CHANGE_TYPE if spec.is_primary_key else None, "\n".join(spec.primary_key), spec.sequence_by,
-                f"{_BAD_CHANGE}INSERT into {name} refused: a row has a _change_type outside {ALLOWED}: ",
-                f"{_NULL_KEY}INSERT into {name} refused: a row has a NULL key column "
-                f"({', '.join(spec.primary_key)}); key columns must not be NULL"))
+            outcome = json.loads(str(staged.jstaged.commit(
+                CHANGE_TYPE if spec.is_primary_key else None, "\n".join(spec.primary_key), spec.sequence_by)))
         except Exception as e:
-            raise self._typed(e, name) from e
+            raise self._typed(e, name, spec) from e
         finally:
             unregister()
-        kind, _, detail = outcome.partition("\t")
-        if kind == "ok":
-            return WriteResult(int(detail), False)
-        if kind == "duplicate":
+        if outcome["outcome"] == "ok":
+            return WriteResult(int(outcome["rows"]), False)
+        if outcome["outcome"] == "duplicate":
             log.debug("INSERT into %s with request id %r: already committed, nothing written", name,
                       staged.request_id)
             return WriteResult(0, True)
-        count, _, value = detail.partition("\t")
+        raise self._refused(name, spec, outcome["kind"], int(outcome["count"]), str(outcome["value"]))
+
+    @staticmethod
+    def _refused(name: str, spec: TieredSpec, kind: str, count: int, value: str) -> Exception:
+        """The typed error of local rows the checks refused (StreamIngest.Refused's kind, count, value)."""
         if kind == "ambiguous":
             why = (f"their sequence-by values ({spec.sequence_by}) are NULL or tie at the largest"
                    if spec.sequence_by else "the table declares no sequence-by")
             fix = (f"give them distinct {spec.sequence_by} values" if spec.sequence_by
                    else "send them in separate statements (the later one wins) or declare 'sequence-by'")
-            raise AmbiguousChangesError(
+            return AmbiguousChangesError(
                 f"INSERT into {name} refused: {count} key(s) with different changes in one statement that cannot "
                 f"be ordered ({why}), e.g. key {value}; {fix}. Nothing was written")
         if kind == "change_type":
-            raise InvalidChangeTypeError(
+            return InvalidChangeTypeError(
                 f"INSERT into {name} refused: {count} row(s) with a _change_type outside {ALLOWED}: {value}. "
                 "Nothing was written")
-        raise NullKeyError(
+        return NullKeyError(
             f"INSERT into {name} refused: {count} row(s) with a NULL key column "
             f"({', '.join(spec.primary_key)}); key columns must not be NULL. Nothing was written")
 
     @staticmethod
-    def _typed(e: Exception, name: str) -> Exception:
-        text = str(e)
-        if _CANCELLED in text:
+    def _typed(e: Exception, name: str, spec: TieredSpec) -> Exception:
+        found = jvm_errors.failure(e)
+        if jvm_errors.is_(found, Kind.INGEST_CANCELLED):
             return OperationCancelledError(f"INSERT into {name} was cancelled before its commit: nothing was written")
-        for marker, cls in ((_BAD_CHANGE, InvalidChangeTypeError), (_NULL_KEY, NullKeyError)):
-            at = text.find(marker)
-            if at >= 0:
-                line = text[at + len(marker):].splitlines()[0]
-                return cls(f"{line.rstrip(' .')}. Nothing was written")
-        if "CommitStateUnknownException" in text:
+        if found is not None and jvm_errors.is_(found, Kind.INGEST_REFUSED) and found.origin is not None:
+            # A query's rows refused while it ran (StreamIngest.Refused, thrown by commit itself).
+            kind, value = str(found.origin.kind()), str(found.origin.value())
+            if kind == "change_type":
+                line = f"INSERT into {name} refused: a row has a _change_type outside {ALLOWED}: {value}"
+                return InvalidChangeTypeError(f"{line.rstrip(' .')}. Nothing was written")
+            return NullKeyError(
+                f"INSERT into {name} refused: a row has a NULL key column ({', '.join(spec.primary_key)}); "
+                "key columns must not be NULL. Nothing was written")
+        if jvm_errors.is_(found, Kind.COMMIT_STATE_UNKNOWN):
             return WriteOutcomeUnknownError(
                 f"INSERT into {name}: the metastore did not confirm the commit, so it may or may not have "
                 f"landed; send it again with the same {REQUEST_ID} to be sure it lands exactly once")

@@ -17,6 +17,7 @@ from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.exceptions import InvalidArgumentError
 from tierlake.server.kv.leases import Leases
 from tierlake.server.kv.snapshot_catalog import NUM_RETAINED, KvCatalog, KvSnapshot, table_lock, utcnow
+from tierlake.server.runtime.jvm_errors import Kind, is_
 from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.kv")
@@ -86,6 +87,6 @@ def _expire_in_iceberg(spark: Any, snap: KvSnapshot) -> bool:
         table.expireSnapshots().expireOlderThan(0).expireSnapshotId(snap.snapshot_id).commit()
         return True
     except Exception as e:
-        if "Still referenced by refs" in str(e):
+        if is_(e, Kind.STILL_REFERENCED):
             return False
         raise

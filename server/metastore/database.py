@@ -17,6 +17,7 @@ from typing import Any
 
 from tierlake import sql
 from tierlake.server.exceptions import ConfigError, MigrationError
+from tierlake.server.runtime import jvm_errors
 from tierlake.server.runtime.config import Config
 
 log = logging.getLogger("tierlake.metastore")
@@ -133,12 +134,12 @@ def check_remote_locks(spark: Any, uris: str) -> None:
     try:
         client = jvm.org.apache.hadoop.hive.metastore.HiveMetaStoreClient(hive_conf)
     except Exception as e:  # py4j error: say which service
-        raise MigrationError(f"cannot connect to the Hive metastore service {uris}: {_java_message(e)}") from e
+        raise MigrationError(f"cannot connect to the Hive metastore service {uris}: {jvm_errors.message(e)}") from e
     try:
         client.showLocks(jvm.org.apache.hadoop.hive.metastore.api.ShowLocksRequest())
     except Exception as e:  # py4j error: say what is missing and how to make it
         raise MigrationError(
-            f"the Hive metastore service {uris} cannot take locks (show_locks: {_java_message(e)}); "
+            f"the Hive metastore service {uris} cannot take locks (show_locks: {jvm_errors.message(e)}); "
             "Iceberg's commits through a shared metastore need Hive's transaction tables (HIVE_LOCKS, "
             "NEXT_LOCK_ID, TXNS …). Create its schema with Hive's schematool (`schematool -dbType <db> "
             "-initSchema`, or `-upgradeSchema`), not DataNucleus' auto-create, and start tierlake again") from e
@@ -160,7 +161,7 @@ def _ensure_postgres(spark: Any, db: MetastoreDb) -> None:
         conn = _connect(spark, db)
     except Exception as e:  # py4j error: say which database, not a Java stack
         raise MigrationError(
-            f"cannot connect to the metastore database {db.display_url}: {_java_message(e)}") from e
+            f"cannot connect to the metastore database {db.display_url}: {jvm_errors.message(e)}") from e
     try:
         conn.setAutoCommit(False)
         stmt = conn.createStatement()
@@ -173,7 +174,7 @@ def _ensure_postgres(spark: Any, db: MetastoreDb) -> None:
         stmt.close()
     except Exception as e:
         conn.rollback()
-        raise MigrationError(f"cannot create the Hive lock tables in {db.display_url}: {_java_message(e)}") from e
+        raise MigrationError(f"cannot create the Hive lock tables in {db.display_url}: {jvm_errors.message(e)}") from e
     finally:
         conn.close()
     log.info("Hive lock tables present in %s", db.display_url)
@@ -213,8 +214,3 @@ def _ensure_derby(spark: Any, db: MetastoreDb) -> None:
     except Exception as e:  # py4j error: surface as a startup failure
         raise MigrationError(f"cannot create the Hive lock tables: {e}") from e
     log.info("created the Hive metastore lock tables")
-
-
-def _java_message(e: Exception) -> str:
-    java = getattr(e, "java_exception", None)
-    return str(java.getMessage()) if java is not None else str(e)

@@ -21,6 +21,7 @@ from typing import Any
 from tierlake import sql
 from tierlake.server.exceptions import MigrationError
 from tierlake.server.runtime.config import Config
+from tierlake.server.runtime.jvm_errors import Kind, is_
 from tierlake.server.state import state_version
 
 log = logging.getLogger("tierlake.migrations")
@@ -108,8 +109,7 @@ def already_added(statement: str, error: Exception) -> bool:
     body = "\n".join(line for line in statement.splitlines() if not line.lstrip().startswith("--"))
     # FIELDS_ALREADY_EXISTS from Spark's v2 analysis (Iceberg tables);
     # COLUMN_ALREADY_EXISTS if a v1 command ever handles it.
-    return bool(_ADD_COLUMNS.match(body)) and any(
-        marker in str(error) for marker in ("FIELDS_ALREADY_EXISTS", "COLUMN_ALREADY_EXISTS"))
+    return bool(_ADD_COLUMNS.match(body)) and is_(error, Kind.FIELDS_ALREADY_EXISTS)
 
 
 def view_params(config: Any = None) -> dict[str, Any]:

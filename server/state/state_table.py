@@ -14,20 +14,18 @@ from tierlake import sql
 from tierlake.server.exceptions import ConcurrentUpdateError
 from tierlake.server.observability import metrics
 from tierlake.server.runtime.jvm import jclass, string_map
+from tierlake.server.runtime.jvm_errors import Kind, is_
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.state import housekeeping, state_version
 
 log = logging.getLogger("tierlake.coordinator")
 Q_ROWS_FROM_JSON = "queries/rows_from_json.sql"
 MAX_ATTEMPTS = 8
-_CONFLICT_MARKERS = ("ValidationException", "CommitFailedException", "Found conflicting files",
-                     "CommitStateUnknownException", "AlreadyExistsException")
 
 
 def is_conflict(error: Exception) -> bool:
     """A commit lost to a concurrent writer (py4j wraps Iceberg's exceptions)."""
-    text = str(error)
-    return any(marker in text for marker in _CONFLICT_MARKERS)
+    return is_(error, Kind.COMMIT_CONFLICT)
 
 
 def _json_default(value: Any) -> Any:

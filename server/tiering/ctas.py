@@ -60,9 +60,10 @@ from tierlake.server.exceptions import (
 )
 from tierlake.server.ingest import request_ids
 from tierlake.server.ingest.jvm import STREAM_INGEST
-from tierlake.server.runtime import faults, operations
+from tierlake.server.runtime import faults, jvm_errors, operations
 from tierlake.server.runtime.jvm import jclass
-from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.runtime.jvm_errors import Kind, is_
+from tierlake.server.runtime.session import activate, iceberg_table
 from tierlake.server.state.state_table import SmallTable
 from tierlake.server.tiering.round import run_round
 
@@ -191,7 +192,7 @@ def _rename(spark: Any, source: TablePath, target: TablePath) -> bool:
                              target=[target.database, target.table]))
         return True
     except Exception as e:
-        if "ALREADY_EXISTS" in str(e) or "already exists" in str(e):
+        if is_(e, Kind.ALREADY_EXISTS):
             return False
         raise
 
@@ -295,7 +296,7 @@ class TwoPhaseCreate:
         except Exception as e:
             # The stream table's key columns are NOT NULL: Spark's write check stops the job with a
             # NullPointerException deep in a task, which reached the client as XX000 with a Java stack.
-            if self.spec.is_primary_key and "Null value appeared in non-nullable field" in str(e):
+            if self.spec.is_primary_key and is_(e, Kind.NULL_IN_NON_NULLABLE):
                 raise NullKeyError(
                     f"CREATE TABLE {self.target} AS SELECT refused: the query yields a NULL in the key column(s) "
                     f"{', '.join(self.spec.primary_key)}; key columns must not be NULL (filter the rows or "
@@ -366,22 +367,44 @@ class TwoPhaseCreate:
                           self.target)
 
 
-def check_query(query: str) -> str:
-    """``query`` must be one query (SELECT, WITH …, set operations): ``spark.sql``
-    runs commands eagerly, so anything else must never reach it."""
-    import sqlglot
-    from sqlglot import exp
-    from sqlglot.errors import ParseError, TokenError
-
+def check_query(spark: Any, query: str) -> str:
+    """``query`` must be one query (SELECT, WITH …, VALUES, set operations) as
+    Spark's own parser reads it: ``spark.sql`` runs commands eagerly, so
+    anything else must never reach it. Two parses of the text decide: the
+    statement ``spark.sql`` will run, and Spark's query rule alone; they must
+    agree (a command is no query; a query followed by more is not one
+    statement)."""
     if not isinstance(query, str) or not query.strip():
         raise InvalidArgumentError("query must be a SELECT statement")
+    text = query.strip().rstrip(";").rstrip()
+    # Spark's own parser, not the session's: Iceberg's extension parser answers parseQuery with
+    # parsePlan, so through it a DROP TABLE passed for a query (and spark.sql ran it). Parsed with
+    # the session active, for its settings (variable substitution is off in the server's).
+    activate(spark)
+    parser = jclass("org.apache.spark.sql.execution.SparkSqlParser", spark.sparkContext._jvm)()
+    single = "query must be a single SELECT statement (SELECT, WITH … SELECT, UNION, …)"
     try:
-        trees = [t for t in sqlglot.parse(query, read="spark") if t is not None]
-    except (ParseError, TokenError) as e:
-        raise SqlSyntaxError(f"cannot parse the query: {str(e).splitlines()[0]}") from None
-    if len(trees) != 1 or not isinstance(trees[0], exp.Query):
-        raise InvalidArgumentError("query must be a single SELECT statement (SELECT, WITH … SELECT, UNION, …)")
-    return query.strip().rstrip(";")
+        statement = parser.parsePlan(text)
+    except Exception as e:  # noqa: BLE001 - Spark's ParseException, read below
+        try:
+            parser.parseQuery(text)
+        except Exception:  # noqa: BLE001 - not even its start is a query: Spark's message says why
+            raise SqlSyntaxError(f"cannot parse the query: {jvm_errors.message(e).strip().splitlines()[0]}") \
+                from None
+        raise InvalidArgumentError(single) from None  # a query followed by more
+    try:
+        as_query = parser.parseQuery(text)
+    except Exception:  # noqa: BLE001 - a statement that is no query
+        raise InvalidArgumentError(single) from None
+    # Expression ids differ between two parses (every alias gets a new one); the trees must not.
+    if (str(statement.getClass().getName()) != str(as_query.getClass().getName())
+            or _without_ids(str(statement.treeString())) != _without_ids(str(as_query.treeString()))):
+        raise InvalidArgumentError(single)
+    return text
+
+
+def _without_ids(tree: str) -> str:
+    return re.sub(r"#\d+L?", "#", tree)
 
 
 def create_table_as(ctx: Any, target: TablePath, query: str, properties: dict[str, str],
@@ -397,7 +420,7 @@ def create_table_as(ctx: Any, target: TablePath, query: str, properties: dict[st
         if if_not_exists:
             return []
         raise TableExistsError(f"table {taken} already exists")
-    frame = spark.sql(check_query(query))  # analysis errors surface here, before anything is staged
+    frame = spark.sql(check_query(spark, query))  # analysis errors surface here, before anything is staged
     columns = columns_of(frame.schema)
     if not columns:
         raise InvalidArgumentError("the query of a CREATE TABLE … AS SELECT must return columns")

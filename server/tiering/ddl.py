@@ -57,7 +57,8 @@ from tierlake.server.coordinator.registration import (
     rescheduler,
 )
 from tierlake.server.coordinator.state_machine import Status
-from tierlake.server.exceptions import JAVA_EXCEPTION_STATES, TableExistsError, TieredDdlError, TierlakeError
+from tierlake.server.exceptions import TableExistsError, TieredDdlError, TierlakeError
+from tierlake.server.runtime import jvm_errors
 from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.tiering.ctas import RESULT_COLUMNS, T_RENAME, create_table_as
@@ -111,34 +112,25 @@ def _state_of(e: BaseException) -> str | None:
     """The SQLSTATE a client would get for ``e`` (tierlake's, Spark's, or none)."""
     if isinstance(e, TierlakeError):
         return e.sqlstate
-    state = getattr(e, "getSqlState", None)
     try:
-        found = state() if callable(state) else None
-        java = getattr(e, "java_exception", None)
-        while found is None and java is not None:  # Iceberg's catalog exceptions carry no state
-            found = JAVA_EXCEPTION_STATES.get(str(java.getClass().getSimpleName()))
-            java = java.getCause()
-        return found
+        return jvm_errors.sqlstate(e)  # Spark's, or tierlake's for Iceberg's catalog exceptions (they carry none)
     except Exception:  # noqa: BLE001 - no state to keep
         return None
 
 
 def _first_line(e: BaseException) -> str:
-    java = getattr(e, "java_exception", None)  # py4j's "An error occurred while calling o1.x" says nothing
-    if java is not None and getattr(e, "desc", None) is None:
-        causes = []
-        while java is not None and len(causes) < 4:
-            causes.append(f"{java.getClass().getSimpleName()}: {java.getMessage()}")
-            java = java.getCause()
-        return "; caused by ".join(causes)
+    # A raw py4j error (pyspark's carry a desc): "An error occurred while calling o1.x" says nothing,
+    # what Java said does.
+    found = jvm_errors.failure(e) if getattr(e, "desc", None) is None else None
+    if found is not None:
+        return found.summary
     text = e.message if isinstance(e, TierlakeError) else (getattr(e, "desc", None) or str(e))
     lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
     return lines[0] if lines else type(e).__name__
 
 
 def _already_exists(e: BaseException) -> bool:
-    text = str(e)
-    return isinstance(e, TableExistsError) or "ALREADY_EXISTS" in text or "already exists" in text
+    return isinstance(e, TableExistsError) or jvm_errors.is_(e, jvm_errors.Kind.ALREADY_EXISTS)
 
 
 class Steps:

@@ -40,6 +40,7 @@ from tierlake.server.exceptions import FencedEpochError
 from tierlake.server.quality.gate import QualityGate
 from tierlake.server.runtime import faults
 from tierlake.server.runtime.jvm import string_list
+from tierlake.server.runtime.jvm_errors import Kind, is_
 from tierlake.server.tiering import snapshot_split
 
 log = logging.getLogger("tierlake.tiering")
@@ -270,7 +271,7 @@ def fast_forward(plan: Plan, branch: str, drop_branch: bool, recorded: dict[str,
             update.commit()
         transaction.commitTransaction()
     except Exception as e:
-        if "not an ancestor" in str(e) or "Cannot fast-forward" in str(e):
+        if is_(e, Kind.NOT_AN_ANCESTOR):
             raise FencedEpochError(
                 f"lake table {plan.lake} changed while this round (epoch {plan.table.epoch}) ran; "
                 "another worker committed first, this round's writes are discarded"

@@ -26,6 +26,7 @@ from tierlake.server.gateway.routing.fresh_ddl import (
     spark_table_change,
 )
 from tierlake.server.gateway.transport.protocol import LocalResult, SessionInfo
+from tierlake.server.runtime import jvm_errors
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.sqlapi.registry import Registry
 from tierlake.server.sqlapi.roles import TIERING
@@ -54,11 +55,10 @@ def spark_error(e: Exception) -> TierlakeError:
             # Python error a UDF raised is the last.
             message = f"{message} {lines[-1].strip()}"
         return SparkSqlError(message, state)
-    if isinstance(e, Py4JJavaError):
+    if isinstance(e, Py4JJavaError) and (found := jvm_errors.failure(e)) is not None and found.classes:
         # Iceberg's catalog exceptions are not Spark errors and reach py4j raw.
-        java = e.java_exception
-        name = str(java.getClass().getSimpleName())
-        return SparkSqlError(f"{name}: {java.getMessage()}", _ICEBERG_STATES.get(name, "XX000"))
+        name = found.classes[0].rpartition(".")[2].rpartition("$")[2]
+        return SparkSqlError(f"{name}: {found.message}", _ICEBERG_STATES.get(name, "XX000"))
     return SparkSqlError(f"{type(e).__name__}: {e}", "XX000")
 
 

@@ -324,33 +324,33 @@ public final class StreamIngest {
         }
 
         /**
-         * The first violation of a primary-key table's rules among local rows
-         * as a message, or null: change types outside {@code +I -U +U -D NULL}
-         * and NULL keys. Queries are checked while they run.
+         * The first violation of a primary-key table's rules among local rows,
+         * or null: change types outside {@code +I -U +U -D NULL} and NULL keys.
+         * Queries are checked while they run.
          */
-        public String check(String changeType, String keyNames) {
+        public Refused check(String changeType, String keyNames) {
             return check(changeType, keyNames, null);
         }
 
         /**
          * {@link #check(String, String)}, and then keys with different changes
          * in this statement that {@code sequenceBy} (null: none) does not
-         * order: {@code "ambiguous\t<keys>\t<first key>"}. The group commit
+         * order (kind {@code ambiguous}: how many keys, the first). The group commit
          * never puts two statements with a common key in one snapshot, so
          * this is the round's rule for one commit (changelog_check.sql.j2):
          * -U rows ignored, a -D's other values do not matter, equal changes
          * never conflict; with sequence-by, a NULL value or a tie at the
          * largest value of different changes is ambiguous.
          */
-        public String check(String changeType, String keyNames, String sequenceBy) {
-            String refused = checkValues(changeType, keyNames);
+        public Refused check(String changeType, String keyNames, String sequenceBy) {
+            Refused refused = checkValues(changeType, keyNames);
             if (refused != null || rows == null || keyNames == null || keyNames.isEmpty()) {
                 return refused;
             }
             return ambiguous(changeType, split(keyNames), sequenceBy);
         }
 
-        private String ambiguous(String changeType, String[] keys, String sequenceBy) {
+        private Refused ambiguous(String changeType, String[] keys, String sequenceBy) {
             Schema schema = table.schema();
             int[] keyPos = positions(schema, keys);
             if (keyPos.length == 0) {
@@ -411,7 +411,7 @@ public final class StreamIngest {
                     }
                 }
             }
-            return count == 0 ? null : "ambiguous\t" + count + "\t" + first;
+            return count == 0 ? null : new Refused(Refused.AMBIGUOUS, count, first);
         }
 
         /** Whether different changes of one key have no single largest sequence-by value ({@code order}
@@ -445,7 +445,7 @@ public final class StreamIngest {
             return atMax.size() > 1;
         }
 
-        private String checkValues(String changeType, String keyNames) {
+        private Refused checkValues(String changeType, String keyNames) {
             String[] keys = split(keyNames);
             if (rows == null || (keys.length == 0 && changeType == null)) {
                 return null;
@@ -484,47 +484,60 @@ public final class StreamIngest {
                 if (badTypes.size() > 5) {
                     detail.append(", and ").append(badTypes.size() - 5).append(" more values");
                 }
-                return "change_type\t" + total + "\t" + detail;
+                return new Refused(Refused.CHANGE_TYPE, total, detail.toString());
             }
             if (nullKeys > 0) {
-                return "null_key\t" + nullKeys + "\t";
+                return new Refused(Refused.NULL_KEY, nullKeys, "");
             }
             return null;
         }
 
         /**
          * Check, write and commit the statement; returns once its commit
-         * landed: {@code "ok\t<rows>"} (a query's rows are not counted: 0),
-         * {@code "duplicate"} when the session's request id is already
-         * committed to the table (nothing written), or the first violation
-         * of local rows ({@link #check}), nothing written. A query is
-         * checked while it runs: its first violation fails it with
-         * {@code nullKeyMessage} or {@code changeTypeMessage} (followed by
-         * the bad value). {@code keyNames}: the key columns, one per line.
+         * landed, as one JSON object: {@code {"outcome": "ok", "rows": n}} (a
+         * query's rows are not counted: 0), {@code {"outcome": "duplicate"}}
+         * when the session's request id is already committed to the table
+         * (nothing written), or {@code {"outcome": "refused", "kind", "count",
+         * "value"}}: the first violation of local rows ({@link #check}),
+         * nothing written. A query is checked while it runs: its first
+         * violation fails it with {@link Refused} (thrown). {@code keyNames}:
+         * the key columns, one per line; {@code sequenceBy}: the table's
+         * sequence-by column, or null. The caller makes every message.
          */
-        public String commit(String changeType, String keyNames, String changeTypeMessage, String nullKeyMessage) {
-            return commit(changeType, keyNames, null, changeTypeMessage, nullKeyMessage);
-        }
-
-        /** {@link #commit(String, String, String, String)} with the table's sequence-by column (or null). */
-        public String commit(String changeType, String keyNames, String sequenceBy, String changeTypeMessage,
-                             String nullKeyMessage) {
-            String refused = check(changeType, keyNames, sequenceBy);
+        public String commit(String changeType, String keyNames, String sequenceBy) throws Exception {
+            Map<String, Object> out = new LinkedHashMap<>();
+            Refused refused = check(changeType, keyNames, sequenceBy);
             if (refused != null) {
-                return refused;
+                out.put("outcome", "refused");
+                out.put("kind", refused.kind());
+                out.put("count", refused.count());
+                out.put("value", refused.value());
+                return JSON.writeValueAsString(out);
             }
-            long written = commitChecked(changeType, split(keyNames), changeTypeMessage, nullKeyMessage);
-            return written < 0 ? "duplicate" : "ok\t" + written;
+            long written;
+            try {
+                written = commitChecked(changeType, split(keyNames));
+            } catch (RuntimeException e) {
+                Refused inQuery = Refused.raisedIn(e);
+                if (inQuery != null) {
+                    throw inQuery;
+                }
+                throw e;
+            }
+            out.put("outcome", written < 0 ? "duplicate" : "ok");
+            if (written >= 0) {
+                out.put("rows", written);
+            }
+            return JSON.writeValueAsString(out);
         }
 
-        private long commitChecked(String changeType, String[] keys, String changeTypeMessage,
-                                   String nullKeyMessage) {
+        private long commitChecked(String changeType, String[] keys) {
             Committer committer = committer(table);
             if (requestId != null && committer.committed(requestId)) {
                 return -1;
             }
             if (cancelled) {
-                throw new IllegalStateException(CANCELLED);
+                throw new Cancelled();
             }
             if (rows != null) {
                 Set<List<Object>> keySet = keys.length == 0 ? null : keyValues(table.schema(), rows, keys);
@@ -533,7 +546,7 @@ public final class StreamIngest {
                 p.cancelled = cancelled;
                 return committer.commitFiles(p, table);
             }
-            LogicalPlan checked = checkedQuery(changeType, keys, changeTypeMessage, nullKeyMessage);
+            LogicalPlan checked = checkedQuery(changeType, keys);
             // The request id is checked again under the lock: a retry waits for the first attempt's query.
             return committer.runQuery(requestId, () -> cancelled, () -> {
                 Map<String, String> props = requestId == null
@@ -547,7 +560,7 @@ public final class StreamIngest {
                     }, RuntimeException.class);
                 } catch (RuntimeException e) {
                     if (cancelled) {
-                        throw new IllegalStateException(CANCELLED, e);
+                        throw new Cancelled(e);
                     }
                     throw e;
                 } finally {
@@ -556,8 +569,7 @@ public final class StreamIngest {
             });
         }
 
-        private LogicalPlan checkedQuery(String changeType, String[] keys, String changeTypeMessage,
-                                         String nullKeyMessage) {
+        private LogicalPlan checkedQuery(String changeType, String[] keys) {
             Dataset<Row> df = Dataset.ofRows(session, query);
             String[] names = df.columns();
             Column[] columns = new Column[names.length];
@@ -570,13 +582,13 @@ public final class StreamIngest {
                 Column c = df.col("`" + names[i].replace("`", "``") + "`");
                 String lower = names[i].toLowerCase(Locale.ROOT);
                 if (keySet.contains(lower)) {
-                    c = functions.when(c.isNull(), functions.raise_error(functions.lit(nullKeyMessage)))
+                    c = functions.when(c.isNull(), functions.raise_error(functions.lit(Refused.raising(Refused.NULL_KEY))))
                             .otherwise(c);
                     changed = true;
                 } else if (changeType != null && lower.equals(changeType.toLowerCase(Locale.ROOT))) {
                     c = functions.when(c.isNull().or(c.isin((Object[]) VALID_CHANGE_TYPES.toArray())), c)
                             .otherwise(functions.raise_error(functions.concat(
-                                    functions.lit(changeTypeMessage), c)));
+                                    functions.lit(Refused.raising(Refused.CHANGE_TYPE)), c)));
                     changed = true;
                 }
                 columns[i] = c.as(names[i]);
@@ -587,6 +599,77 @@ public final class StreamIngest {
 
     /** The message of a write cancelled before its commit began (the Python side's OperationCancelledError). */
     static final String CANCELLED = "tierlake: cancelled before its commit";
+
+    /** A write cancelled before its commit began: nothing was written. */
+    public static final class Cancelled extends IllegalStateException {
+        Cancelled() {
+            super(CANCELLED);
+        }
+
+        Cancelled(Throwable cause) {
+            super(CANCELLED, cause);
+        }
+    }
+
+    /**
+     * A statement's rows refused by the ingest checks, nothing written: {@code kind} ({@link #AMBIGUOUS},
+     * {@link #CHANGE_TYPE}, {@link #NULL_KEY}), how many keys or rows, and the first value or key shown.
+     * Local rows are checked before the write (returned as the outcome); a query's rows while it runs,
+     * by a {@code raise_error} whose text only this class makes and reads (thrown from commit).
+     */
+    public static final class Refused extends RuntimeException {
+        public static final String AMBIGUOUS = "ambiguous";
+        public static final String CHANGE_TYPE = "change_type";
+        public static final String NULL_KEY = "null_key";
+        private static final String RAISED = "tierlake-ingest-refused:";
+        private final String kind;
+        private final long count;
+        private final String value;
+
+        Refused(String kind, long count, String value) {
+            super("ingest refused: " + kind + " (" + count + "): " + value, null, false, false);
+            this.kind = kind;
+            this.count = count;
+            this.value = value;
+        }
+
+        public String kind() {
+            return kind;
+        }
+
+        public long count() {
+            return count;
+        }
+
+        public String value() {
+            return value;
+        }
+
+        /** The text a query's check raises for {@code kind} (the bad value follows it). */
+        static String raising(String kind) {
+            return RAISED + kind + ":";
+        }
+
+        /** The refusal a failed query's check raised, from its cause chain, or null. */
+        static Refused raisedIn(Throwable e) {
+            for (Throwable t = e; t != null; t = t.getCause() == t ? null : t.getCause()) {
+                String text = t.getMessage();
+                int at = text == null ? -1 : text.indexOf(RAISED);
+                if (at < 0) {
+                    continue;
+                }
+                String rest = text.substring(at + RAISED.length());
+                int colon = rest.indexOf(':');
+                if (colon < 0) {
+                    continue;
+                }
+                String value = rest.substring(colon + 1);
+                int line = value.indexOf('\n');
+                return new Refused(rest.substring(0, colon), 1, line < 0 ? value : value.substring(0, line));
+            }
+            return null;
+        }
+    }
 
     static final Set<String> VALID_CHANGE_TYPES = new HashSet<>(List.of("+I", "-U", "+U", "-D"));
 
@@ -795,7 +878,7 @@ public final class StreamIngest {
                     }
                 }
                 if (cancelled.getAsBoolean()) {
-                    throw new IllegalStateException(CANCELLED);
+                    throw new Cancelled();
                 }
                 CasAlterHandler.COMMITTER.set(Boolean.TRUE);  // its commits are the server's own
                 try {
@@ -826,7 +909,7 @@ public final class StreamIngest {
                 Set<String> seen = new HashSet<>();
                 for (Pending p : batch) {
                     if (p.cancelled) {
-                        p.failure = new IllegalStateException(CANCELLED);  // never written
+                        p.failure = new Cancelled();  // never written
                         p.done = true;
                     } else if (p.requestId != null && requestIds.containsKey(p.requestId)) {
                         p.result = -1;  // a retry of a committed write: nothing is written

@@ -3,6 +3,7 @@
 import pytest
 
 from tierlake.server.exceptions import ConcurrentUpdateError
+from tierlake.server.runtime.jvm_errors import SimulatedJavaError
 from tierlake.server.state import state_table as smalltable
 from tierlake.server.state.state_table import SmallTable
 
@@ -37,7 +38,8 @@ def no_sleep(monkeypatch):
 
 
 def test_a_lost_race_is_recomputed_from_fresh_rows():
-    table = FakeTable([RuntimeError("org.apache.iceberg.exceptions.ValidationException: Found conflicting files")])
+    lost = SimulatedJavaError("org.apache.iceberg.exceptions.ValidationException", message="Found conflicting files")
+    table = FakeTable([lost])
     assert table.update(bump) == 1
     assert table.rows == [{"n": 1}] and table.loads == 2
 
@@ -50,7 +52,8 @@ def test_other_errors_are_not_retried():
 
 
 def test_endless_conflicts_end_in_a_typed_error():
-    table = FakeTable([RuntimeError("CommitFailedException")] * smalltable.MAX_ATTEMPTS)
+    lost = SimulatedJavaError("org.apache.iceberg.exceptions.CommitFailedException")
+    table = FakeTable([lost] * smalltable.MAX_ATTEMPTS)
     with pytest.raises(ConcurrentUpdateError, match="sys.fake kept changing concurrently"):
         table.update(bump)
 

@@ -26,28 +26,6 @@ from tierlake.server.tiering.ctas import StatementHook, _label, _location_key, c
 # -- unit (no JVM) -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("query", [
-    "SELECT 1 AS a",
-    "WITH x AS (SELECT 1 AS a) SELECT a FROM x",
-    "SELECT 1 AS a UNION ALL SELECT 2",
-    "  select id from range(10) ;",
-])
-def test_queries_are_accepted(query):
-    assert check_query(query) == query.strip().rstrip(";")
-
-
-@pytest.mark.parametrize("query, error", [
-    ("DROP TABLE shop.orders", InvalidArgumentError),
-    ("INSERT INTO t SELECT 1", InvalidArgumentError),
-    ("SELECT 1; DROP TABLE t", InvalidArgumentError),
-    ("", InvalidArgumentError),
-    ("SELECT (", SqlSyntaxError),
-])
-def test_anything_but_one_query_is_refused_before_spark_sees_it(query, error):
-    with pytest.raises(error):
-        check_query(query)
-
-
 def test_locations_compare_across_file_uri_spellings():
     assert _location_key("file:/w/a.db/t-1") == _location_key("file:///w/a.db/t-1/") == _location_key("/w/a.db/t-1")
     assert _location_key("file:/w/a.db/t-1") != _location_key("file:/w/a.db/t-2")
@@ -458,3 +436,53 @@ def test_a_ctas_whose_query_yields_a_null_key_is_refused_readably_and_leaves_not
         "must not be NULL (filter the rows or coalesce the keys). Nothing was created"), status.errorMessage
     assert "java" not in status.errorMessage.lower()
     assert catalog_state(spark, db) == before
+
+
+# What Spark's parser takes as one query (it decides, not sqlglot's reading of Spark SQL: that refused
+# VALUES and TABLE, which plain Spark takes after CREATE TABLE … AS).
+QUERIES = [
+    ("SELECT 1 AS a", None),
+    ("WITH x AS (SELECT 1 AS a) SELECT a FROM x", None),
+    ("SELECT 1 AS a UNION ALL SELECT 2", None),
+    ("  select id from range(10) ;", None),
+    ("VALUES (1, 'a'), (2, 'b')", None),
+    ("TABLE sys.tiering_tables", None),
+    ("FROM range(3) SELECT id", None),
+    ("SELECT 1 AS a -- ; DROP TABLE t", None),
+    ("(SELECT 1 AS a)", None),
+    ("DROP TABLE shop.orders", InvalidArgumentError),
+    ("INSERT INTO t SELECT 1", InvalidArgumentError),
+    ("WITH x AS (SELECT 1 AS a) INSERT INTO t SELECT * FROM x", InvalidArgumentError),
+    ("CACHE TABLE c AS SELECT 1", InvalidArgumentError),
+    ("SELECT 1; DROP TABLE t", InvalidArgumentError),
+    ("SELECT 1 AS a; SELECT 2", InvalidArgumentError),
+    ("", InvalidArgumentError),
+    ("SELECT (", SqlSyntaxError),
+    ("DROP", SqlSyntaxError),
+]
+
+
+@integration
+@pytest.mark.parametrize("query, error", QUERIES)
+def test_a_ctas_query_is_what_sparks_own_parser_takes_as_one_query(spark, query, error):
+    if error is None:
+        assert check_query(spark, query) == query.strip().rstrip(";").rstrip()
+    else:
+        with pytest.raises(error):
+            check_query(spark, query)
+
+
+@integration
+def test_a_tiered_ctas_takes_values_and_table_as_plain_spark_does(server, spark, db):
+    cur = connect(server)
+    cur.execute(f"CREATE TABLE {db}.vals TBLPROPERTIES ('table.datalake.enabled'='true', 'primary-key'='id', "
+                "'bucket.num'='1') AS VALUES (1, 'a'), (2, 'b') AS v(id, name)")
+    cur.execute(f"CREATE TABLE {db}.copied TBLPROPERTIES ('table.datalake.enabled'='true') AS TABLE {db}.vals")
+    for table in ("vals", "copied"):
+        cur.execute(f"SELECT id, name FROM {db}.{table} ORDER BY id")
+        assert cur.fetchall() == [(1, "a"), (2, "b")], table
+    with pytest.raises(exc.OperationalError) as raised:
+        cur.execute(f"CREATE TABLE {db}.bad TBLPROPERTIES ('table.datalake.enabled'='true') "
+                    "AS SELECT 1 AS a; DROP TABLE shop.orders")
+    assert not spark.catalog.tableExists(f"{db}.bad")
+    assert "42601" in str(raised.value), raised.value  # Spark parses the whole statement first: two statements
