@@ -1,9 +1,19 @@
 package io.tierlake.internal;
 
+import java.util.Collections;
 import java.util.Map;
+import java.util.UUID;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.hive.conf.HiveConf;
 import org.apache.hadoop.hive.metastore.HiveMetaStoreClient;
+import org.apache.hadoop.hive.metastore.api.LockComponent;
+import org.apache.hadoop.hive.metastore.api.LockLevel;
+import org.apache.hadoop.hive.metastore.api.LockRequest;
+import org.apache.hadoop.hive.metastore.api.LockResponse;
+import org.apache.hadoop.hive.metastore.api.LockState;
+import org.apache.hadoop.hive.metastore.api.LockType;
+import org.apache.hadoop.hive.metastore.api.ShowLocksRequest;
+import org.apache.hadoop.hive.metastore.api.ShowLocksResponseElement;
 import org.apache.hadoop.hive.metastore.api.Table;
 import org.apache.iceberg.hadoop.HadoopFileIO;
 import org.apache.iceberg.view.SQLViewRepresentation;
@@ -39,7 +49,11 @@ import org.apache.spark.sql.types.StructType;
  * replaces racing each other leave the text of the one in force; the embedded
  * metastore refuses an alter made from a copy another alter overtook
  * (CasAlterHandler.java) or one whose Iceberg metadata location moved, and the
- * text is then read again. Fresh views
+ * text is then read again. Any other metastore (a metastore service, a shared
+ * database) runs no such check: there the read and the write of the entry
+ * hold Hive's EXCLUSIVE lock on the view, the lock Iceberg's own view commits
+ * take, so a replace landing in between cannot be written over with the older
+ * {@code metadata_location} this read saw (a lost replace). Fresh views
  * (their SQL carries a {@code tierlake-pin}) are left alone: their re-pin
  * writes the text under its own compare-and-set, which keeps pins from
  * moving back (server/changelog/fresh_view.py).
@@ -51,6 +65,22 @@ public class SessionViews<T extends TableCatalog & FunctionCatalog & SupportsNam
   // One metastore client for the process, made on first use (an embedded metastore's client builds
   // its own handler), one replace at a time, made again after a failure.
   private static HiveMetaStoreClient client;
+  // How long the text's write waits for Hive's lock on the view (Iceberg's view commits hold it for one
+  // metastore update; Iceberg itself waits up to 3 minutes).
+  static final long LOCK_TIMEOUT_MS = 60_000;
+  // Tests: a pause between the entry's read and its write, and how many writes have reached it.
+  private static volatile long pauseBeforeWriteMs = 0;
+  private static final java.util.concurrent.atomic.AtomicLong PAUSED = new java.util.concurrent.atomic.AtomicLong();
+
+  /** Tests: pause each write of a replaced view's text {@code ms} after its read (0: no pause). */
+  public static void pauseBeforeWrite(long ms) {
+    pauseBeforeWriteMs = ms;
+  }
+
+  /** Tests: how many writes have paused so far. */
+  public static long pausedWrites() {
+    return PAUSED.get();
+  }
 
   @Override
   public View replaceView(Identifier ident, String sql, String currentCatalog, String[] currentNamespace,
@@ -75,11 +105,23 @@ public class SessionViews<T extends TableCatalog & FunctionCatalog & SupportsNam
     }
   }
 
+  /** Whether the session catalog's Iceberg commits take Hive's lock (all but the embedded metastore,
+   *  whose alter_table is a compare-and-set: server/metastore/jvm.py). */
+  private static boolean viewsLocked(SparkSession session, Configuration conf) {
+    String own = session.conf().get("spark.sql.catalog.spark_catalog.hadoop.iceberg.engine.hive.lock-enabled", null);
+    String value = own != null ? own : conf.get("iceberg.engine.hive.lock-enabled");
+    return value == null || !"false".equalsIgnoreCase(value.trim());
+  }
+
   private static void syncText(String database, String name) {
-    Configuration conf = SparkSession.active().sessionState().newHadoopConf();
+    SparkSession session = SparkSession.active();
+    Configuration conf = session.sessionState().newHadoopConf();
+    boolean locked = viewsLocked(session, conf);
     synchronized (SessionViews.class) {
+      long lock = -1;
       try {
         if (client == null) client = new HiveMetaStoreClient(new HiveConf(conf, HiveConf.class));
+        if (locked) lock = lock(client, database, name);
         for (int attempt = 0; ; attempt++) {
           Table entry = client.getTable(database, name);
           Map<String, String> params = entry.getParameters();
@@ -92,6 +134,12 @@ public class SessionViews<T extends TableCatalog & FunctionCatalog & SupportsNam
           }
           entry.setViewOriginalText(text);
           entry.setViewExpandedText(text);
+          if (pauseBeforeWriteMs > 0) {
+            PAUSED.incrementAndGet();
+            Thread.sleep(pauseBeforeWriteMs);
+          }
+          // Still ours and fresh for the write (Hive times a lock out without heartbeats): raises if gone.
+          if (lock >= 0) client.heartbeat(0, lock);
           try {
             client.alter_table(database, name, entry);
             return;
@@ -101,11 +149,95 @@ public class SessionViews<T extends TableCatalog & FunctionCatalog & SupportsNam
             if (attempt >= 9 || (why.indexOf("stale copy") < 0 && why.indexOf("has been modified") < 0)) throw e;
           }
         }
-      } catch (org.apache.thrift.TException | RuntimeException e) {
+      } catch (org.apache.thrift.TException | RuntimeException | InterruptedException e) {
+        if (lock >= 0) unlock(conf, lock);
+        lock = -1;
         if (client != null) client.close();
         client = null;
+        if (e instanceof InterruptedException) Thread.currentThread().interrupt();
         throw new IllegalStateException("cannot write the replaced view's text to the metastore: " + e.getMessage(), e);
+      } finally {
+        if (lock >= 0) unlock(conf, lock);
       }
+    }
+  }
+
+  /** Hive's EXCLUSIVE table lock on the view's entry, as Iceberg's MetastoreLock requests it (one excludes
+   *  the other); its id once acquired. Named as the replace named the view, so as Iceberg's lock is. */
+  private static long lock(HiveMetaStoreClient client, String database, String name)
+      throws org.apache.thrift.TException, InterruptedException {
+    LockComponent component = new LockComponent(LockType.EXCLUSIVE, LockLevel.TABLE, database);
+    component.setTablename(name);
+    String agent = "tierlake-session-views-" + UUID.randomUUID();
+    LockRequest request = new LockRequest(Collections.singletonList(component), System.getProperty("user.name", "tierlake"),
+        java.net.InetAddress.getLoopbackAddress().getHostName());
+    request.setAgentInfo(agent);
+    LockResponse response;
+    try {
+      response = client.lock(request);
+    } catch (org.apache.thrift.TException | RuntimeException e) {
+      // The request may have been taken before its answer was lost: release what this agent holds,
+      // else it would hold the view's commits back until Hive times it out.
+      releaseAgent(client, database, name, agent);
+      throw e;
+    }
+    long id = response.getLockid();
+    long deadline = System.currentTimeMillis() + LOCK_TIMEOUT_MS;
+    long pause = 50;
+    try {
+      while (response.getState() != LockState.ACQUIRED) {
+        if (response.getState() != LockState.WAITING || System.currentTimeMillis() > deadline) {
+          throw new IllegalStateException("the metastore lock on the view " + database + "." + name + " was "
+              + (response.getState() != LockState.WAITING ? "ended " + response.getState() : "not granted in "
+              + LOCK_TIMEOUT_MS / 1000 + " s") + "; the view's text was not written");
+        }
+        Thread.sleep(pause);
+        pause = Math.min(pause * 3 / 2, 1000);
+        response = client.checkLock(id);
+      }
+    } catch (org.apache.thrift.TException | RuntimeException | InterruptedException e) {
+      try {
+        client.unlock(id);
+      } catch (org.apache.thrift.TException | RuntimeException ignored) {
+        // Hive times it out (hive.txn.timeout)
+      }
+      throw e;
+    }
+    return id;
+  }
+
+  private static void releaseAgent(HiveMetaStoreClient client, String database, String name, String agent) {
+    try {
+      ShowLocksRequest request = new ShowLocksRequest();
+      request.setDbname(database);
+      request.setTablename(name);
+      for (ShowLocksResponseElement held : client.showLocks(request).getLocks()) {
+        if (agent.equals(held.getAgentInfo())) client.unlock(held.getLockid());
+      }
+    } catch (org.apache.thrift.TException | RuntimeException ignored) {
+      // Hive times it out (hive.txn.timeout)
+    }
+  }
+
+  /** Release the lock; through a new client when the shared one fails (it is being replaced). */
+  private static void unlock(Configuration conf, long lock) {
+    try {
+      if (client != null) {
+        client.unlock(lock);
+        return;
+      }
+    } catch (org.apache.thrift.TException | RuntimeException e) {
+      // tried again below
+    }
+    try {
+      HiveMetaStoreClient other = new HiveMetaStoreClient(new HiveConf(conf, HiveConf.class));
+      try {
+        other.unlock(lock);
+      } finally {
+        other.close();
+      }
+    } catch (org.apache.thrift.TException | RuntimeException e) {
+      // Hive times it out (hive.txn.timeout)
     }
   }
 
