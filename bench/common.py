@@ -48,7 +48,7 @@ def spark_master(master: str) -> Iterator[dict[str, str]]:
 
 def start_server(**conf: str):
     from tierlake.server.app import Server
-    from tierlake.server.runtime.config import Config
+    from tierlake.server.config.config import Config
     from tierlake.server.runtime.log_setup import configure_python_logging
 
     home = tempfile.mkdtemp(prefix="tierlake-bench-")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from tierlake.server.catalog.table_path import parse_table_path
+from tierlake.server.config.durations import parse_duration
 from tierlake.server.kv import snapshot_catalog as kv
 from tierlake.server.kv.leases import DEFAULT_DURATION, NOT_FOUND, RESULT_COLUMNS, Leases
-from tierlake.server.runtime.durations import parse_duration
 from tierlake.server.sqlapi import registry
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.sqlapi.roles import TIERING

@@ -6,11 +6,11 @@ from typing import Any
 
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath, parse_table_path
+from tierlake.server.config.config import Config
 from tierlake.server.coordinator.registration import coordinator, iceberg_properties, registered
 from tierlake.server.exceptions import InvalidArgumentError, NoSuchTableError
 from tierlake.server.kv.snapshot_catalog import KvCatalog
 from tierlake.server.quality import gx, lake_diff, suite
-from tierlake.server.runtime.config import Config
 from tierlake.server.sqlapi import registry
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.sqlapi.roles import ADMIN, WRITER

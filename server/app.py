@@ -15,6 +15,7 @@ from tierlake.procedures import load_builtins
 from tierlake.server.bounds import jvm_watch, resource_bounds
 from tierlake.server.changelog import fresh_view
 from tierlake.server.changelog import jvm as changelog_jvm
+from tierlake.server.config.config import Config
 from tierlake.server.coordinator.coordinator import Coordinator
 from tierlake.server.exceptions import ConfigError, PortInUseError
 from tierlake.server.gateway.auth import jvm as authz_jvm
@@ -32,7 +33,6 @@ from tierlake.server.metastore import jvm as metastore_jvm
 from tierlake.server.metastore.service import start_metastore_service
 from tierlake.server.observability import metrics, sources
 from tierlake.server.observability.http import ObservabilityHttp
-from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.session import HomeLock, build_spark, free_port, start_thrift_server
 from tierlake.server.sqlapi import functions as sql_functions
 from tierlake.server.sqlapi.context import Context

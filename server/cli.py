@@ -16,9 +16,9 @@ from tierlake_client.jdbc import (
 
 from tierlake.server.clients.statements import StatementBuffer
 from tierlake.server.clients.table_format import format_table
+from tierlake.server.config.config import Config, parse_conf_args
 from tierlake.server.exceptions import TierlakeError
 from tierlake.server.gateway.auth import passwords
-from tierlake.server.runtime.config import Config, parse_conf_args
 from tierlake.server.runtime.log_setup import configure_python_logging, redirect_console
 
 

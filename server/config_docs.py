@@ -1,6 +1,6 @@
 """docs/configuration.md's tables, generated from the two registries.
 
-Settings (:mod:`tierlake.server.runtime.settings`) and table properties
+Settings (:mod:`tierlake.server.config.settings`) and table properties
 (:mod:`tierlake.server.catalog.properties`) are each declared once; this
 module renders both into the doc between its ``BEGIN/END GENERATED`` markers::
 
@@ -11,7 +11,7 @@ module renders both into the doc between its ``BEGIN/END GENERATED`` markers::
 from __future__ import annotations
 
 from tierlake.server.catalog import properties
-from tierlake.server.runtime import settings
+from tierlake.server.config import settings
 
 
 def generated_sections() -> dict[str, str]:

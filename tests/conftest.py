@@ -26,7 +26,7 @@ def pytest_collection_modifyitems(items):
 def server(tmp_path_factory):
     """The real thing: Spark + Iceberg + sys schema + Thrift Server + gateway."""
     from tierlake.server.app import Server
-    from tierlake.server.runtime.config import Config
+    from tierlake.server.config.config import Config
     from tierlake.server.runtime.log_setup import configure_python_logging
 
     home = tmp_path_factory.mktemp("tierlake-home")

@@ -177,7 +177,7 @@ COMPOSITION_ROOT = "tierlake.server.app"
 # modules directly under server/ (app, cli, config_docs) sit on top.
 SERVER_LAYERS: list[set[str]] = [
     {"exceptions", "escaping"},  # escaping: client text made printable for logs, status, labels
-    {"observability"},  # metrics are recorded from every layer; it imports nothing of the engine
+    {"config", "observability"},  # settings, values, durations, Config; metrics (recorded from every layer)
     {"runtime"},
     {"metastore", "bounds"},  # the metastore and tierlake's code in it; what a statement may cost, one life
     {"state"},  # the sys-state store: state tables, versions, migrations, housekeeping
@@ -481,7 +481,7 @@ def a():
 def b():
     # import here: the CLI's client commands must not load the engine
     from tierlake.server.app import Server
-    from tierlake.server.runtime.config import Config
+    from tierlake.server.config.config import Config
 
     from . import sibling  # import here: a reason on the same line
     return Server, Config, sibling
@@ -491,7 +491,7 @@ def c():
     from tierlake.server.app import Server
 
     # import here: a reason for the next run only
-    from tierlake.server.runtime.config import Config
+    from tierlake.server.config.config import Config
     if True:
         from tierlake_client import jdbc
     return Server, Config, jdbc

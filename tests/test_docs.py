@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tierlake.procedures import load_builtins
 from tierlake.server import exceptions
-from tierlake.server.runtime.config import DEFAULTS
+from tierlake.server.config.config import DEFAULTS
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 

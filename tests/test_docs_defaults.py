@@ -1,5 +1,5 @@
 """Every default of a ``tierlake.*`` setting that the prose of README.md and
-docs/ states is the registry's (server/runtime/settings.py).
+docs/ states is the registry's (server/config/settings.py).
 
 docs/configuration.md's tables are generated from the registry; the prose
 elsewhere repeats some defaults ("`tierlake.gateway.max-statement-size`, 16 MiB
@@ -15,7 +15,7 @@ import re
 import pytest
 
 from tests.conftest import ROOT
-from tierlake.server.runtime import settings
+from tierlake.server.config import settings
 
 KEY = r"`(?P<key>tierlake\.[a-z0-9.\-]+)`"
 VALUE = r"(?P<value>`[^`]+`|\d[\d,]*(?:\.\d+)?(?: [A-Za-z]+)?|off|on|true|false)"

@@ -7,7 +7,7 @@ Spark's interval syntax wants ``INTERVAL 1 MINUTE``; table properties such as
 
 from __future__ import annotations
 
-from tierlake.server.runtime.durations import parse_duration
+from tierlake.server.config.durations import parse_duration
 from tierlake.server.sqlapi.functions import functions
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from tierlake.server.runtime.durations import parse_duration
+from tierlake.server.config.durations import parse_duration
 from tierlake.server.sqlapi.functions import functions
 
 

@@ -16,8 +16,8 @@ import logging
 import math
 from typing import Any
 
-from tierlake.server.runtime.config import Config
-from tierlake.server.runtime.durations import format_duration
+from tierlake.server.config.config import Config
+from tierlake.server.config.durations import format_duration
 from tierlake.server.runtime.javaext import JvmFeature
 from tierlake.server.runtime.jvm import jclass
 

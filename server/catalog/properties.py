@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tierlake.server.catalog.transforms import parse_transform, split_transforms
+from tierlake.server.config import settings, values
 from tierlake.server.exceptions import InvalidArgumentError
-from tierlake.server.runtime import settings, values
 
 # ---- user-facing properties of a stream table -------------------------------
 ENABLED = "table.datalake.enabled"

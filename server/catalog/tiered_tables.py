@@ -12,8 +12,8 @@ from tierlake.server.catalog.columns import columns_of
 from tierlake.server.catalog.properties import ENABLED, FORMAT_VERSION, LAKE_TABLE_PROPERTY
 from tierlake.server.catalog.spec import CHANGE_TYPE, Column, TieredSpec, data_columns, partition_sql
 from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.config.config import Config
 from tierlake.server.exceptions import InvalidArgumentError, TierlakeError
-from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.iceberg_actions import METADATA_PROPERTIES
 from tierlake.server.runtime.session import iceberg_table
 

@@ -77,8 +77,8 @@ from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.jvm import INCREMENTAL_CATALOG_NAME
 from tierlake.server.changelog.planner import lake_position
 from tierlake.server.changelog.positions import snapshot_at
+from tierlake.server.config.config import Config
 from tierlake.server.exceptions import ConcurrentUpdateError
-from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.jvm import jclass, string_map
 from tierlake.server.runtime.jvm_errors import Kind, is_
 from tierlake.server.runtime.session import activate, iceberg_table, private_session

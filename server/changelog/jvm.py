@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tierlake.server.runtime.config import Config
+from tierlake.server.config.config import Config
 from tierlake.server.runtime.javaext import JvmFeature
 
 LAKE_FILES = "io.tierlake.internal.LakeFiles"

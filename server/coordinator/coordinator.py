@@ -26,6 +26,7 @@ from typing import Any
 
 from tierlake import sql
 from tierlake.server.catalog.properties import NEXT_TABLE_ID
+from tierlake.server.config.config import Config
 from tierlake.server.coordinator import state_machine as sm
 from tierlake.server.coordinator.history import HistoryWriter
 from tierlake.server.coordinator.idle import StreamWatch
@@ -33,7 +34,6 @@ from tierlake.server.coordinator.maintenance_schedule import MaintenanceSchedule
 from tierlake.server.coordinator.state_machine import Policy, Status, TableState
 from tierlake.server.observability import metrics
 from tierlake.server.runtime import periodic
-from tierlake.server.runtime.config import Config
 from tierlake.server.state.state_table import SmallTable
 
 log = logging.getLogger("tierlake.coordinator")

@@ -27,9 +27,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from tierlake import sql
+from tierlake.server.config.settings import duration_default
 from tierlake.server.coordinator.state_machine import Status
 from tierlake.server.exceptions import FencedEpochError, MaintenanceNotRunError, NotAssignedError, UnknownTableIdError
-from tierlake.server.runtime.settings import duration_default
 from tierlake.server.state.state_table import SmallTable
 
 log = logging.getLogger("tierlake.maintenance")

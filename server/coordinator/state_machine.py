@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 
 from tierlake.server.catalog.properties import DEFAULT_FRESHNESS, FRESHNESS_PROPERTY
+from tierlake.server.config.durations import format_duration, parse_duration
 from tierlake.server.escaping import printable
 from tierlake.server.exceptions import (
     FencedEpochError,
@@ -32,7 +33,6 @@ from tierlake.server.exceptions import (
     TierlakeError,
     UnknownTableIdError,
 )
-from tierlake.server.runtime.durations import format_duration, parse_duration
 
 MAX_ERROR_CHARS = 2048
 

@@ -19,10 +19,10 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from tierlake.server.config.settings import duration_default
 from tierlake.server.ingest.jvm import STREAM_INGEST
 from tierlake.server.runtime.jvm import jclass
 from tierlake.server.runtime.session import iceberg_table
-from tierlake.server.runtime.settings import duration_default
 from tierlake.server.state.state_table import SmallTable
 
 LEDGER = "sys.write_requests"

@@ -29,8 +29,8 @@ import unicodedata
 from pathlib import Path
 
 from tierlake.server.catalog.properties import WRITE_REQUEST_ID
+from tierlake.server.config import settings
 from tierlake.server.exceptions import InvalidRequestIdError, UnknownSettingError
-from tierlake.server.runtime import settings
 
 REQUEST_ID = WRITE_REQUEST_ID
 MAX_LENGTH = 256

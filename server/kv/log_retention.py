@@ -28,9 +28,9 @@ from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.changelog import fresh_view
 from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.planner import MAINTENANCE, lake_position
+from tierlake.server.config.durations import parse_duration
 from tierlake.server.kv import snapshot_catalog as kv
 from tierlake.server.kv.leases import Leases
-from tierlake.server.runtime.durations import parse_duration
 from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.kv")

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tierlake import sql
+from tierlake.server.config.config import Config
 from tierlake.server.exceptions import ConfigError, MigrationError
 from tierlake.server.runtime import jvm_errors
-from tierlake.server.runtime.config import Config
 
 log = logging.getLogger("tierlake.metastore")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tierlake.server.config.config import Config
 from tierlake.server.metastore.database import MetastoreDb, check_remote_locks, ensure_lock_tables, metastore_db
-from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.javaext import JvmFeature
 from tierlake.server.runtime.session import LOCKING_CATALOG
 

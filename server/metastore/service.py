@@ -12,9 +12,9 @@ import threading
 import time
 from typing import Any
 
+from tierlake.server.config.config import Config
 from tierlake.server.exceptions import MigrationError
 from tierlake.server.metastore.database import metastore_db
-from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.session import LOOPBACK, free_port
 
 log = logging.getLogger("tierlake.session")

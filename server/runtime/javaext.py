@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tierlake.server.config.config import Config
 from tierlake.server.exceptions import JarResolutionError
-from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.jars import iceberg_runtime_jar, pyspark_jars_dir
 
 log = logging.getLogger("tierlake.session")

@@ -20,8 +20,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tierlake.server.config.config import Config
 from tierlake.server.exceptions import HomeInUseError
-from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.jars import resolve_iceberg_jars
 from tierlake.server.runtime.javaext import LOCAL_FILE_SYSTEM, SECRET_AUTHENTICATOR, JvmFeature, internal_jar
 from tierlake.server.runtime.jvm import jclass

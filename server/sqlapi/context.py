@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from tierlake.server.runtime.config import Config
+    from tierlake.server.config.config import Config
 
 
 class ProcedureLookup(Protocol):

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tierlake import sql
+from tierlake.server.config.config import Config
 from tierlake.server.exceptions import MigrationError
-from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.jvm_errors import Kind, is_
 from tierlake.server.state import state_version
 

@@ -14,10 +14,10 @@ from typing import Any
 
 from tierlake.server.changelog import fresh_view
 from tierlake.server.clients.procedure_client import JdbcClient
+from tierlake.server.config.config import Config
 from tierlake.server.exceptions import ConfigError
 from tierlake.server.metastore.database import metastore_db
 from tierlake.server.observability.http import ObservabilityHttp
-from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.javaext import JvmFeature
 from tierlake.server.runtime.session import HomeLock, build_spark, free_port
 from tierlake.server.tiering.worker import Worker, persistent_job_id

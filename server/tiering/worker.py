@@ -19,12 +19,12 @@ from tierlake.server.changelog import fresh_view, lake_write
 from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.planner import Registered
 from tierlake.server.clients.procedure_client import LocalClient
+from tierlake.server.config.config import Config
 from tierlake.server.coordinator.registration import registered_record
 from tierlake.server.exceptions import FencedEpochError, TierlakeError
 from tierlake.server.maintenance import tables as table_maintenance
 from tierlake.server.observability import metrics
 from tierlake.server.runtime import faults
-from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.session import TIERING_POOL, activate, private_session
 from tierlake.server.tiering import snapshot_split
 from tierlake.server.tiering.round import run_round

@@ -40,9 +40,9 @@ def tls_files(tmp_path_factory):
 def configured_gateway(server, real_handler: bool = True, **conf):
     """A gateway built by the server's own code path from the server's config plus ``conf``."""
     from tierlake.server.app import gateway_from_config
+    from tierlake.server.config.config import Config
     from tierlake.server.gateway.auth.authz import SparkSessions
     from tierlake.server.gateway.routing.handler import CallHandler
-    from tierlake.server.runtime.config import Config
 
     config = Config(home=server.config.home, values={**server.config.values, "tierlake.gateway.port": "0", **conf})
     # The server's own chain of statement handlers (the ingest path, sys reads, CALLs and tiered DDL):

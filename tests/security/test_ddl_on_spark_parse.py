@@ -82,10 +82,10 @@ def test_ddl_the_gateway_runs_itself_needs_admin_whatever_the_client_session_par
     but the handler would run it as DDL (a session setting that changed the
     parse, say): refused unless the user is an admin."""
     from tierlake.server.app import gateway_from_config
+    from tierlake.server.config.config import Config
     from tierlake.server.gateway.auth.authz import SparkSessions
     from tierlake.server.gateway.routing.handler import CallHandler
     from tierlake.server.gateway.transport.protocol import LocalResult
-    from tierlake.server.runtime.config import Config
 
     marker = "SELECT 'taken as ddl' AS x"
 

@@ -6,9 +6,9 @@ import pytest
 
 from tests.server.gateway.toy import ToyHandler
 from tierlake.server.app import gateway_from_config
+from tierlake.server.config.config import DEFAULTS, Config
 from tierlake.server.exceptions import ConfigError
 from tierlake.server.gateway.auth.passwords import set_user
-from tierlake.server.runtime.config import DEFAULTS, Config
 
 
 def build(tmp_path, **conf):

@@ -19,10 +19,10 @@ from pyhive import hive
 from tests.security.conftest import PASSWORD, configured_gateway
 from tests.server.gateway.toy import ToyHandler
 from tests.server.gateway.transport.test_gateway_unit import SUCCESS, RawClient, fake_backend  # noqa: F401 - a fixture
+from tierlake.server.config import settings
 from tierlake.server.gateway.transport.sasl import BAD, COMPLETE, ERROR, OK, START
 from tierlake.server.gateway.transport.security import Admission, address_key
 from tierlake.server.gateway.transport.server import Gateway
-from tierlake.server.runtime import settings
 
 IDLE_SOCKETS = 1000
 

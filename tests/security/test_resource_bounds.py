@@ -18,7 +18,7 @@ from pyhive import exc, hive
 
 from tests.conftest import free_port, start_server_process, stop_process
 from tierlake.server.bounds import resource_bounds
-from tierlake.server.runtime.config import Config
+from tierlake.server.config.config import Config
 
 TIMEOUT_S = 5  # readers' (tierlake.query.reader-timeout)
 EVERYONE_TIMEOUT_S = 12  # everyone's (tierlake.query.timeout)

@@ -19,8 +19,8 @@ from pyhive import exc as hive_exc
 from tests.conftest import free_port, service_ready, start_server_process, start_service_process, stop_process
 from tests.security.conftest import PASSWORD
 from tierlake.server.app import JVM_FEATURES
+from tierlake.server.config.config import Config
 from tierlake.server.runtime import session
-from tierlake.server.runtime.config import Config
 
 LOOPBACK = "127.0.0.1"
 WIDE = {"spark.driver.bindAddress": "0.0.0.0", "spark.driver.host": LOOPBACK}

@@ -98,7 +98,7 @@ def test_views_use_no_python_udfs():
 def test_lag_view_knows_the_duration_units_the_server_parses():
     """``sys.lake_tiering_lag`` converts freshness in SQL (the view must stay
     free of Python UDFs); its unit table must agree with ``parse_duration``."""
-    from tierlake.server.runtime import durations
+    from tierlake.server.config import durations
 
     view = sqlglot.parse_one(sql.read("views/lake_tiering_lag.sql"), read="spark")
     in_view: dict[str, float] = {}

@@ -172,7 +172,7 @@ def test_freshness_lag():
 
 def test_an_extension_registers_into_the_shared_registry(tmp_path, monkeypatch):
     from tierlake.server.app import load_extensions
-    from tierlake.server.runtime.config import Config
+    from tierlake.server.config.config import Config
 
     (tmp_path / "myco_udfs.py").write_text('''
 from tierlake.server.sqlapi.functions import functions

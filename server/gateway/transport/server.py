@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from TCLIService import TCLIService, ttypes
 from thrift.Thrift import TApplicationException, TMessageType
 
+from tierlake.server.config import settings
 from tierlake.server.exceptions import InvalidHandleError, ResultTooLargeError, ServerStoppingError, TierlakeError
 from tierlake.server.gateway.auth.requestcheck import (
     NAMES_NO_HANDLE,
@@ -65,7 +66,6 @@ from tierlake.server.gateway.transport.sasl import Authenticator, NotSaslClient,
 from tierlake.server.gateway.transport.security import Admission, TlsError, refuse_nosasl, start_tls
 from tierlake.server.gateway.transport.upstream import UpstreamError, connect_upstream
 from tierlake.server.observability import metrics
-from tierlake.server.runtime import settings
 from tierlake.server.runtime.operations import OperationControl, running
 from tierlake.server.sqlapi import roles as R
 

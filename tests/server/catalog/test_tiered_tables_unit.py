@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.catalog.tiered_tables import LAKE_TABLE_PROPERTY, lake_of, lake_path
-from tierlake.server.runtime.config import Config
+from tierlake.server.config.config import Config
 
 STREAM = TablePath("shop", "orders")
 

@@ -11,11 +11,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from tierlake.server.config.config import Config
 from tierlake.server.coordinator import state_machine as sm
 from tierlake.server.coordinator.coordinator import Coordinator
 from tierlake.server.coordinator.state_machine import Status, TableState
 from tierlake.server.exceptions import FencedEpochError
-from tierlake.server.runtime.config import Config
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

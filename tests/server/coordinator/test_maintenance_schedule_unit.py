@@ -7,10 +7,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from tierlake.server.config.config import Config
 from tierlake.server.coordinator import maintenance_schedule as ms
 from tierlake.server.coordinator.state_machine import Policy, Status
 from tierlake.server.exceptions import FencedEpochError, MaintenanceNotRunError, NotAssignedError
-from tierlake.server.runtime.config import Config
 from tierlake.server.state import housekeeping
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)

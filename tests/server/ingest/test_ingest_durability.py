@@ -156,7 +156,7 @@ def test_kill_9_after_acknowledgements_loses_nothing_and_retries_never_duplicate
 EXTERNAL_WRITER = """
 import sys
 from tierlake.server.app import JVM_FEATURES
-from tierlake.server.runtime.config import Config
+from tierlake.server.config.config import Config
 from tierlake.server.runtime.session import build_spark
 from tests.conftest import free_port
 

@@ -3,11 +3,11 @@
 import pytest
 
 from tierlake import sql
+from tierlake.server.config.config import Config
 from tierlake.server.exceptions import ConfigError
 from tierlake.server.metastore.database import JDO, LOCK_TABLES, POSTGRES_LOCK_TABLES, metastore_db
 from tierlake.server.metastore.jvm import FEATURE
 from tierlake.server.runtime import faults
-from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.session import spark_settings
 
 

@@ -90,7 +90,7 @@ def _race(spark, port: int) -> dict:
 def _scenario(uri: str, warehouse: str, home: str) -> None:
     """The subprocess: a server on the stock metastore, the race, its result on stdout."""
     from tierlake.server.app import Server
-    from tierlake.server.runtime.config import Config
+    from tierlake.server.config.config import Config
     from tierlake.server.runtime.log_setup import configure_python_logging
 
     config = Config.load(home=Path(home), conf={

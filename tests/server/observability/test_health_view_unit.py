@@ -9,7 +9,7 @@ import sqlglot
 from sqlglot import exp
 
 from tierlake import sql
-from tierlake.server.runtime.config import Config
+from tierlake.server.config.config import Config
 from tierlake.server.state import migrations
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -118,7 +118,7 @@ def test_the_server_turns_the_port_on_by_mode(tmp_path):
     from types import SimpleNamespace
 
     from tierlake.server.app import Server
-    from tierlake.server.runtime.config import Config
+    from tierlake.server.config.config import Config
 
     passwords = tmp_path / "passwords"
     set_user(passwords, "alice", "alice-pw", frozenset({"reader"}))

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from tierlake.server.app import JVM_FEATURES
+from tierlake.server.config.config import Config
 from tierlake.server.runtime import session
-from tierlake.server.runtime.config import Config
 from tierlake.server.runtime.javaext import LOCAL_FILE_SYSTEM
 
 

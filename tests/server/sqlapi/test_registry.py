@@ -149,7 +149,7 @@ def test_the_extension_example_of_the_docs_registers_and_runs(tmp_path, monkeypa
     from pathlib import Path
 
     from tierlake.server.app import load_extensions
-    from tierlake.server.runtime.config import Config
+    from tierlake.server.config.config import Config
     from tierlake.server.sqlapi import registry as shared
 
     text = (Path(__file__).resolve().parents[3] / "docs" / "procedures.md").read_text()

@@ -6,7 +6,7 @@ import threading
 import time
 from types import SimpleNamespace
 
-from tierlake.server.runtime.config import Config
+from tierlake.server.config.config import Config
 from tierlake.server.state import housekeeping
 
 ACTION_S = 0.2

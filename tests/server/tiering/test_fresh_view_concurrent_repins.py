@@ -259,7 +259,7 @@ def _scenario(uri: str, warehouse: str, home: str) -> None:
     from pyhive import hive
 
     from tierlake.server.app import Server
-    from tierlake.server.runtime.config import Config
+    from tierlake.server.config.config import Config
     from tierlake.server.runtime.log_setup import configure_python_logging
 
     config = Config.load(home=Path(home), conf={

@@ -1,7 +1,7 @@
 import pytest
 
+from tierlake.server.config.config import Config, parse_conf_args
 from tierlake.server.exceptions import ConfigError
-from tierlake.server.runtime.config import Config, parse_conf_args
 
 
 def test_precedence_defaults_file_conf_flags(tmp_path):

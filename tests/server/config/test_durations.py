@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
+from tierlake.server.config.durations import parse_duration
 from tierlake.server.exceptions import InvalidArgumentError
-from tierlake.server.runtime.durations import parse_duration
 
 
 @pytest.mark.parametrize("text, expected", [

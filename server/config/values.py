@@ -1,6 +1,6 @@
 """One parser of the value kinds settings and table properties share: ``int``, ``duration``, ``bool``, ``choice``.
 
-:meth:`tierlake.server.runtime.settings.Setting.parse` and the table-property
+:meth:`tierlake.server.config.settings.Setting.parse` and the table-property
 registry (:mod:`tierlake.server.catalog.properties`: ``validate`` and ``read``)
 both call :func:`parse`; where they differ, a :class:`Kind` option says so::
 
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from tierlake.server.config.durations import parse_duration
 from tierlake.server.exceptions import InvalidArgumentError
-from tierlake.server.runtime.durations import parse_duration
 
 KINDS = ("int", "duration", "bool", "choice")
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from tierlake.server.config import values
 from tierlake.server.exceptions import ConfigError
-from tierlake.server.runtime import values
 
 TYPES = ("str", "int", "duration", "bool", "path", "choice", "list", "secret")
 _TRUE = ("true", "yes", "on", "1")

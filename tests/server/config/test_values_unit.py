@@ -1,4 +1,4 @@
-"""The one parser of value kinds settings and table properties share (server/runtime/values.py), no JVM.
+"""The one parser of value kinds settings and table properties share (server/config/values.py), no JVM.
 
 Golden cases, one a line: ``kind [options] | text | expected``; text is as
 written, or a quoted Python literal (spaces at its edges, look-alike letters); expected
@@ -17,9 +17,9 @@ from datetime import timedelta
 import pytest
 
 from tierlake.server.catalog import properties
+from tierlake.server.config import settings, values
+from tierlake.server.config.values import BadValue, Kind, parse
 from tierlake.server.exceptions import ConfigError, InvalidArgumentError
-from tierlake.server.runtime import settings, values
-from tierlake.server.runtime.values import BadValue, Kind, parse
 
 GOLDEN = r"""
 # ---- int ----------------------------------------------------------------------

@@ -14,8 +14,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from tierlake.server.config import settings
 from tierlake.server.exceptions import ConfigError
-from tierlake.server.runtime import settings
 
 # The built-in defaults as config text (``SETTINGS`` plus tierlake's Spark defaults).
 DEFAULTS: dict[str, str] = settings.defaults()

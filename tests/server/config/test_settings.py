@@ -10,9 +10,9 @@ import pytest
 
 from tierlake.server import config_docs
 from tierlake.server.catalog import properties
+from tierlake.server.config import settings
+from tierlake.server.config.config import Config
 from tierlake.server.exceptions import ConfigError
-from tierlake.server.runtime import settings
-from tierlake.server.runtime.config import Config
 
 ROOT = Path(__file__).resolve().parents[3]
 DOC = ROOT / settings.DOC_PATH
@@ -61,7 +61,7 @@ def test_every_tierlake_key_in_the_source_is_registered():
         for text, line in _string_literals(path):
             if KEYLIKE.match(text) and text not in FILE_NAMES and not _is_module(text) and text not in registered:
                 unknown.append(f"{path.relative_to(ROOT)}:{line}: {text}")
-    assert not unknown, "keys used but not registered in server/runtime/settings.py or " \
+    assert not unknown, "keys used but not registered in server/config/settings.py or " \
                         "server/catalog/properties.py:\n" + "\n".join(unknown)
 
 
