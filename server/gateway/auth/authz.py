@@ -65,6 +65,12 @@ def call_requirement(statement: str, registry: Any = None) -> Requirement:
     return Requirement(proc.role, f"CALL sys.{name}")
 
 
+def configure_policy(spark: Any) -> None:
+    """Hand the authorisation policy (policy.json, the one planauth read) to Spark's check rule
+    (io.tierlake.internal.AuthzCheck), which refuses every non-admin statement until it has one."""
+    spark.sparkContext._jvm.io.tierlake.internal.AuthzCheck.configure(planauth.policy_text())
+
+
 class SparkSessions:
     """The Spark side of authorisation: each Thrift session's own
     SparkSession (its parser and current database), found through the
@@ -72,6 +78,8 @@ class SparkSessions:
     gateway does not know the session (its parser is the same)."""
 
     def __init__(self, spark: Any, thrift_server: Any = None):
+        # Before any session can be bound to a role: both lines decide on the same policy.
+        configure_policy(spark)
         self.spark = spark
         self.thrift_server = thrift_server
         self._sessions: dict[bytes, Any] = {}

@@ -9,6 +9,11 @@ and checks the result against allow-lists. Deny by default: a plan node,
 function, relation or setting not listed needs ``admin``; a few things are
 refused to everyone (turning variable substitution back on).
 
+The lists are the policy's (``policy.json`` beside this module, read here at
+import and by Spark's check rule, AuthzCheck.java, through
+``authz.configure_policy``): one declaration for both lines. Session settings
+(``READER_SETTINGS``, checked by value) are this line's only.
+
 API (also used by other gateway modules):
 
 - :func:`parse_plan(jsession, text, max_nodes)` → :class:`Plan` (raises
@@ -24,65 +29,65 @@ API (also used by other gateway modules):
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tierlake.server.catalog.properties import WRITE_REQUEST_ID
 from tierlake.server.exceptions import PermissionDeniedError, SqlSyntaxError, StatementTooComplexError
+from tierlake.server.runtime import jvm_errors
 from tierlake.server.sqlapi import roles as R
 
-SYS_DATABASE = "sys"
 SESSION_CATALOG = "spark_catalog"
 MAX_PLAN_NODES = 1_000_000
 NOBODY = None  # Requirement.role for what no role may do
 
+# The policy, declared once for both lines of authorisation (this module and AuthzCheck.java).
+POLICY_PATH = Path(__file__).with_name("policy.json")
+POLICY: dict[str, Any] = json.loads(POLICY_PATH.read_text(encoding="utf-8"))
+POLICY_ROLES = {R.READER: R.READER, R.WRITER: R.WRITER, R.ADMIN: R.ADMIN, "nobody": NOBODY}
+
+
+def policy_entry(entry_id: str) -> dict[str, Any]:
+    """The policy entry ``entry_id`` (KeyError when the policy has none)."""
+    for entry in POLICY["entries"]:
+        if entry["id"] == entry_id:
+            return entry
+    raise KeyError(entry_id)
+
+
+def policy_text() -> str:
+    """The policy file's text, as AuthzCheck.configure reads it."""
+    return POLICY_PATH.read_text(encoding="utf-8")
+
+
+SYS_DATABASE = policy_entry("writes-into-sys")["database"]
 # Query plan nodes (and read-only commands) a reader may run.
-READER_NODES = frozenset({
-    # queries
-    "Project", "Filter", "Aggregate", "Join", "Sort", "GlobalLimit", "LocalLimit", "Limit", "Offset",
-    "Distinct", "Union", "Intersect", "Except", "SubqueryAlias", "UnresolvedRelation", "UnresolvedWith",
-    "OneRowRelation", "LocalRelation", "UnresolvedInlineTable", "Window", "WithWindowDefinition",
-    "Generate", "Pivot", "Unpivot", "UnresolvedSubqueryColumnAliases", "RepartitionByExpression",
-    "Repartition", "RebalancePartitions", "Sample", "Tail", "UnresolvedHint", "Deduplicate",
-    "LateralJoin", "UnresolvedTableValuedFunction", "UnresolvedTVFAliases", "UnresolvedHaving",
-    "CTERelationRef", "Subquery", "AsOfJoin",
-    # metadata a BI tool browses
-    "ShowTables", "ShowTablesExtended", "ShowTableExtended", "ShowNamespaces", "ShowColumns",
-    "ShowFunctions", "ShowViews", "ShowCreateTable", "ShowTableProperties", "ShowPartitions",
-    "ShowCatalogs", "ShowCurrentNamespace", "ShowCurrentNamespaceCommand", "DescribeRelation",
-    "DescribeColumn", "DescribeNamespace", "DescribeFunction", "DescribeQueryCommand",
-    "UnresolvedNamespace", "UnresolvedTable", "UnresolvedTableOrView", "UnresolvedView",
-    "UnresolvedFunctionName", "CurrentNamespace", "ShowCreateTableCommand",
-    # session
-    "SetCatalogAndNamespace", "SetNamespaceCommand", "SetCommand", "ResetCommand", "ExplainCommand",
-    "CacheTable", "CacheTableAsSelect", "UncacheTable",
-    # time travel (VERSION / TIMESTAMP AS OF), SHOW CATALOGS
-    "RelationTimeTravel", "ShowCatalogsCommand",
-})
+READER_NODES = frozenset(policy_entry("reader-statements")["nodes"])
 # Row changes a writer may make (into catalog tables outside sys).
-WRITE_NODES = frozenset({"InsertIntoStatement", "MergeIntoTable", "UpdateTable", "DeleteFromTable"})
+WRITE_NODES = frozenset(policy_entry("writes")["nodes"])
+WRITE_VERBS: dict[str, str] = dict(policy_entry("writes")["verbs"])
 # Data sources Spark reads by path when named as a relation's namespace
 # (``csv.`/path```); class names (with a dot) are refused as well.
-DATA_SOURCES = frozenset({
-    "csv", "json", "text", "parquet", "orc", "avro", "binaryfile", "libsvm", "jdbc", "hive", "delta",
-    "iceberg", "noop", "console", "rate", "socket", "kafka", "image", "xml", "memory", "foreach",
-})
+DATA_SOURCES = frozenset(policy_entry("files-by-path")["names"])
 # Iceberg's metadata tables (``db.table.snapshots``): readable like tables.
-ICEBERG_METADATA_TABLES = frozenset({
-    "history", "metadata_log_entries", "snapshots", "refs", "entries", "files", "data_files",
-    "delete_files", "manifests", "partitions", "position_deletes", "all_data_files", "all_delete_files",
-    "all_entries", "all_files", "all_manifests",
-})
+ICEBERG_METADATA_TABLES = frozenset(policy_entry("iceberg-metadata-tables")["names"])
 # Functions that call arbitrary Java methods in the server's JVM.
-JVM_FUNCTIONS = frozenset({"reflect", "java_method", "try_reflect"})
+JVM_FUNCTIONS = frozenset(policy_entry("jvm-reflection")["names"])
 # XML functions: Spark's XPath reader resolves external entities and DTDs, so a document names
 # URLs the server fetches. Nothing Spark fetches is a client's to choose: refused to every role.
-FETCHING_FUNCTIONS = frozenset({"xpath", "xpath_boolean", "xpath_double", "xpath_float", "xpath_int",
-                                "xpath_long", "xpath_number", "xpath_short", "xpath_string"})
-TABLE_FUNCTIONS = frozenset({"range", "explode", "explode_outer", "inline", "inline_outer", "json_tuple",
-                             "posexplode", "posexplode_outer", "stack"})
+FETCHING_FUNCTIONS = frozenset(policy_entry("xml-functions")["names"])
+TABLE_FUNCTIONS = frozenset(policy_entry("table-functions")["names"])
+# Function entries the parse can decide by name, those refused to everyone first (before a
+# qualified name's admin): (SQL names, least role, what the refusal calls it).
+_NAMED_FUNCTIONS = sorted(
+    ((frozenset(e["names"]), POLICY_ROLES[e["role"]], e.get("parsed", "{name}"))
+     for e in POLICY["entries"]
+     if e["kind"] == "function" and e["names"] and e["decided_by"] != "resolved" and e["role"] != R.READER),
+    key=lambda rule: rule[1] is not NOBODY)
 
 
 def _is_bool(value: str) -> bool:
@@ -186,7 +191,7 @@ WRITER_SETTINGS = frozenset({WRITE_REQUEST_ID})
 TIERLAKE_PREFIX = "tierlake."
 # Never changed by anyone: Spark would substitute ${…} in statement text
 # after the gateway authorised it.
-FORBIDDEN_SETTINGS = frozenset({"spark.sql.variable.substitute", "spark.sql.variable.substitute.depth"})
+FORBIDDEN_SETTINGS = frozenset(policy_entry("forbidden-settings")["names"])
 EXPRESSION_PACKAGES = ("org.apache.spark.sql.catalyst.expressions.", "org.apache.spark.sql.catalyst.analysis.")
 # MERGE/UPDATE clauses: expressions declared among the plan nodes.
 MERGE_EXPRESSIONS = frozenset({"Assignment", "DeleteAction", "UpdateAction", "InsertAction", "UpdateStarAction",
@@ -281,15 +286,8 @@ def decode(description: str) -> Plan:
 def _out_of_stack(exc: Exception) -> bool:
     """A Java StackOverflowError (a statement too deep for Spark's recursive
     parser or for the walk of its plan), by class, not by message."""
-    java = getattr(exc, "java_exception", None)
-    try:
-        while java is not None:
-            if str(java.getClass().getName()) == "java.lang.StackOverflowError":
-                return True
-            java = java.getCause()
-    except Exception:  # noqa: BLE001 - a py4j failure here means: not known to be one
-        return False
-    return False
+    found = jvm_errors.failure(exc)
+    return found is not None and found.has_class("java.lang.StackOverflowError")
 
 
 def _too_complex() -> StatementTooComplexError:
@@ -313,7 +311,8 @@ def parse_plan(jsession: Any, text: str, max_nodes: int = MAX_PLAN_NODES) -> Pla
     except (CapturedException, Py4JJavaError) as exc:
         if _out_of_stack(exc):
             raise _too_complex() from None
-        if "ParseException" in str(exc)[:200] or "ParseException" in type(exc).__name__:
+        found = jvm_errors.failure(exc)
+        if (found is not None and found.has_class("ParseException")) or "ParseException" in type(exc).__name__:
             raise SqlSyntaxError(str(exc).strip()) from None
         raise
     try:
@@ -463,15 +462,22 @@ def _function_requirement(parts: list[str], builtins: frozenset[str]) -> Require
     parts = [p.lower() for p in parts]
     fname = parts[-1] if parts else ""
     folded = java_fold(fname)
-    if folded in FETCHING_FUNCTIONS or fname in FETCHING_FUNCTIONS:
-        return Requirement(NOBODY, f"{fname} (XML functions fetch what a document names)")
+    for names, role, what in _NAMED_FUNCTIONS:
+        if role is not NOBODY:
+            break
+        if folded in names or fname in names:
+            return Requirement(NOBODY, what.format(name=fname))
     if len(parts) != 1:
         return Requirement(R.ADMIN, f"the function {'.'.join(parts)}")
-    if fname in JVM_FUNCTIONS or folded in JVM_FUNCTIONS:
-        return Requirement(R.ADMIN, f"{fname} (JVM reflection)")
+    for names, role, what in _NAMED_FUNCTIONS:
+        if role is not NOBODY and (fname in names or folded in names):
+            return Requirement(role, what.format(name=fname))
     if fname not in builtins:
-        return Requirement(R.ADMIN, f"the function {fname} (not a built-in: persistent functions need admin)")
+        return Requirement(R.ADMIN, _NOT_BUILT_IN.format(name=fname))
     return Requirement(R.READER, "SELECT")
+
+
+_NOT_BUILT_IN = policy_entry("persistent-functions")["parsed"]
 
 
 def _node_requirement(plan: Plan, node: Node, current_db: str, builtins: frozenset[str],
@@ -512,8 +518,7 @@ def _node_requirement(plan: Plan, node: Node, current_db: str, builtins: frozens
         answered = key is not None and key.startswith(TIERLAKE_PREFIX)  # by the gateway (routing/ingest.py)
         return Requirement(R.READER if key is None or key in READER_SETTINGS or answered else R.ADMIN, "RESET")
     if name in WRITE_NODES:
-        verb = {"InsertIntoStatement": "INSERT", "MergeIntoTable": "MERGE", "UpdateTable": "UPDATE",
-                "DeleteFromTable": "DELETE"}[name]
+        verb = WRITE_VERBS[name]
         target = _write_target(plan, node)
         if target is None or target.name != "UnresolvedRelation":
             return Requirement(R.ADMIN, f"{verb} into {target.name if target else 'this target'}")
@@ -521,16 +526,17 @@ def _node_requirement(plan: Plan, node: Node, current_db: str, builtins: frozens
         if database is None:
             return Requirement(R.ADMIN, f"{verb} into {'.'.join(_identifier(target))}")
         if database == SYS_DATABASE:
-            return Requirement(R.ADMIN, f"{verb} on sys tables (use the sys procedures)")
+            return Requirement(R.ADMIN, _SYS_WRITE.format(verb=verb))
         return Requirement(R.WRITER, verb)
     if name in READER_NODES:
         return Requirement(R.READER, _what(plan.root))
     return Requirement(R.ADMIN, _what(plan.root))
 
 
-_WHAT = {"SetCatalogAndNamespace": "USE", "ExplainCommand": "EXPLAIN", "InsertIntoStatement": "INSERT",
-         "MergeIntoTable": "MERGE", "UpdateTable": "UPDATE", "DeleteFromTable": "DELETE",
-         "InsertIntoDir": "INSERT OVERWRITE DIRECTORY", "ScriptTransformation": "TRANSFORM (a script)",
+_SYS_WRITE = policy_entry("writes-into-sys")["parsed"]
+_WHAT = {"SetCatalogAndNamespace": "USE", "ExplainCommand": "EXPLAIN", **WRITE_VERBS,
+         "InsertIntoDir": "INSERT OVERWRITE DIRECTORY",
+         **{node: policy_entry("script-transforms")["parsed"] for node in policy_entry("script-transforms")["nodes"]},
          "AddJarsCommand": "ADD JAR", "AddFilesCommand": "ADD FILE", "AddArchivesCommand": "ADD ARCHIVE",
          "CreateFunction": "CREATE FUNCTION", "CreateFunctionCommand": "CREATE FUNCTION"}
 

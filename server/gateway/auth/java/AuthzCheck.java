@@ -1,7 +1,12 @@
 package io.tierlake.internal;
 
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
 import java.util.ArrayDeque;
+import java.util.ArrayList;
 import java.util.Collections;
+import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.WeakHashMap;
 import org.apache.spark.sql.SparkSession;
@@ -28,6 +33,10 @@ import scala.runtime.BoxedUnit;
  * server's own sessions (tiering, maintenance) are not clients'; the
  * gateway's sessions for a client's sys reads are bound to that client's role. Views are checked through: a reader's query of a view over files
  * is refused like the files.
+ *
+ * <p>What is refused, to whom and with which words is the policy's (server/gateway/auth/policy.json, the
+ * same file the gateway's first line reads), handed over once by {@link #configure} before any session is
+ * bound. Until then nothing is known, so every statement of a non-admin session is refused.
  */
 public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
     public static final String ADMIN = "admin";
@@ -35,7 +44,177 @@ public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, 
     public static final String READER = "reader";
     private static final String SESSION_CATALOG = "spark_catalog";
 
+    private static final String NOBODY = "nobody";
     private static final Map<SparkSession, String> ROLES = Collections.synchronizedMap(new WeakHashMap<>());
+
+    /** The policy {@link #configure} read, or null: not configured (deny by default). */
+    private static volatile Policy policy;
+
+    /**
+     * Read the authorisation policy (the text of server/gateway/auth/policy.json) for every check from now
+     * on. A policy missing an entry or field this rule needs is refused whole (IllegalArgumentException)
+     * and the one before stays.
+     */
+    public static void configure(String json) {
+        policy = Policy.parse(json);
+    }
+
+    /** Whether {@link #configure} has given this rule a policy. */
+    public static boolean configured() {
+        return policy != null;
+    }
+
+    private static int rank(String role) {
+        if (NOBODY.equals(role)) return 3;
+        if (ADMIN.equals(role)) return 2;
+        return WRITER.equals(role) ? 1 : 0;
+    }
+
+    /** Whether ``role`` may do what ``needs`` (reader, writer, admin or nobody) is declared for. */
+    private static boolean allows(String role, String needs) {
+        return !NOBODY.equals(needs) && rank(role) >= rank(needs);
+    }
+
+    private static String fill(String template, String... pairs) {
+        String out = template;
+        for (int i = 0; i + 1 < pairs.length; i += 2) out = out.replace("{" + pairs[i] + "}", pairs[i + 1]);
+        return out;
+    }
+
+    /** What was refused and the least role it needs ("nobody": refused to every role). */
+    private static final class Refusal {
+        final String what;
+        final String role;
+
+        Refusal(String what, String role) {
+            this.what = what;
+            this.role = role;
+        }
+    }
+
+    /** One entry of the policy as this rule applies it: the resolved classes it covers and its role. */
+    static final class Rule {
+        final String id;
+        final String role;
+        final String resolved;
+        private final List<String> classes = new ArrayList<>();
+        private final List<Class<?>> instanceOf = new ArrayList<>();
+
+        Rule(JsonNode entry) {
+            this.id = entry.path("id").asText();
+            this.role = role(entry, "role");
+            this.resolved = entry.path("resolved").asText(null);
+            for (JsonNode c : entry.path("classes")) classes.add(c.asText());
+            for (JsonNode c : entry.path("instance_of")) {
+                try {
+                    instanceOf.add(Class.forName(c.asText(), false, AuthzCheck.class.getClassLoader()));
+                } catch (ClassNotFoundException ex) {
+                    throw new IllegalArgumentException("policy entry " + id + ": no class " + c.asText(), ex);
+                }
+            }
+        }
+
+        /** Whether the resolved class named ``simple`` is one of this entry's ('*' at an end: any prefix or suffix). */
+        boolean matches(String simple) {
+            for (String c : classes) {
+                if (c.endsWith("*") ? simple.startsWith(c.substring(0, c.length() - 1))
+                        : c.startsWith("*") ? simple.endsWith(c.substring(1)) : simple.equals(c)) {
+                    return true;
+                }
+            }
+            return false;
+        }
+
+        boolean matchesNode(Object node) {
+            for (Class<?> c : instanceOf) if (c.isInstance(node)) return true;
+            return matches(simple(node));
+        }
+    }
+
+    /** The policy's entries this rule applies, parsed once. */
+    static final class Policy {
+        final List<Rule> nobodyFunctions = new ArrayList<>();
+        final List<Rule> roleFunctions = new ArrayList<>();
+        final List<Rule> nodeRules = new ArrayList<>();
+        final Rule reflection;
+        final java.util.Set<String> reflectionClasses;
+        final Rule regex;
+        final String regexNonLiteralRole;
+        final String regexNonLiteral;
+        final Rule writes;
+        final Rule sysWrites;
+        final String sysDatabase;
+        final Rule tieredWrites;
+        final Rule filesByPath;
+        final Rule useOtherCatalog;
+
+        private Policy(JsonNode root) {
+            Map<String, JsonNode> byId = new HashMap<>();
+            for (JsonNode entry : root.path("entries")) {
+                byId.put(entry.path("id").asText(), entry);
+                String kind = entry.path("kind").asText();
+                String decidedBy = entry.path("decided_by").asText();
+                String role = entry.path("role").asText();
+                if ("parsed".equals(decidedBy) || READER.equals(role) || !entry.path("classes").isArray()
+                        && !entry.path("instance_of").isArray()) {
+                    continue;
+                }
+                if ("function".equals(kind)) {
+                    (NOBODY.equals(role) ? nobodyFunctions : roleFunctions).add(new Rule(entry));
+                } else if ("statement".equals(kind)) {
+                    nodeRules.add(new Rule(entry));
+                }
+            }
+            reflection = new Rule(entry(byId, "reflection-classes"));
+            java.util.TreeSet<String> allowed = new java.util.TreeSet<>();
+            for (JsonNode c : entry(byId, "reflection-classes").path("allowed_classes")) allowed.add(c.asText());
+            reflectionClasses = Collections.unmodifiableSet(allowed);
+            JsonNode regexEntry = entry(byId, "regex-patterns");
+            regex = new Rule(regexEntry);
+            regexNonLiteralRole = role(regexEntry, "non_literal_role");
+            regexNonLiteral = required(regexEntry, "non_literal");
+            writes = new Rule(entry(byId, "writes"));
+            sysWrites = new Rule(entry(byId, "writes-into-sys"));
+            sysDatabase = required(entry(byId, "writes-into-sys"), "database");
+            tieredWrites = new Rule(entry(byId, "writes-into-tiered-tables"));
+            filesByPath = new Rule(entry(byId, "files-by-path"));
+            useOtherCatalog = new Rule(entry(byId, "use-other-catalog"));
+            for (Rule r : new Rule[] {reflection, regex, sysWrites, useOtherCatalog}) {
+                if (r.resolved == null) throw new IllegalArgumentException("policy entry " + r.id + ": no resolved");
+            }
+        }
+
+        static Policy parse(String json) {
+            try {
+                return new Policy(new ObjectMapper().readTree(json));
+            } catch (java.io.IOException ex) {
+                throw new IllegalArgumentException("the authorisation policy is not JSON: " + ex.getMessage(), ex);
+            }
+        }
+
+        private static JsonNode entry(Map<String, JsonNode> byId, String id) {
+            JsonNode entry = byId.get(id);
+            if (entry == null) throw new IllegalArgumentException("the authorisation policy has no entry " + id);
+            return entry;
+        }
+    }
+
+    /** A role field: a misspelt role would otherwise rank as a reader's and allow everyone. */
+    private static String role(JsonNode entry, String field) {
+        String role = required(entry, field);
+        if (!NOBODY.equals(role) && !ADMIN.equals(role) && !WRITER.equals(role) && !READER.equals(role)) {
+            throw new IllegalArgumentException("policy entry " + entry.path("id").asText() + ": no role " + role);
+        }
+        return role;
+    }
+
+    private static String required(JsonNode entry, String field) {
+        JsonNode value = entry.get(field);
+        if (value == null || !value.isTextual()) {
+            throw new IllegalArgumentException("policy entry " + entry.path("id").asText() + ": no " + field);
+        }
+        return value.asText();
+    }
 
     /** Check every plan ``session`` (``user``'s) analyses from now on as ``role`` (admin, writer or reader). */
     public static void bind(SparkSession session, String role, String user) {
@@ -73,8 +252,8 @@ public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, 
                         StatementDeadline.noteThread(session.sparkContext().getLocalProperty(StatementDeadline.JOB_GROUP));
                         String role = ROLES.get(session);
                         // A session no role was bound to (development mode, the server's own) is
-                        // checked as admin's: what no role may run (XPath, reflection outside
-                        // REFLECTION_CLASSES) is refused there too.
+                        // checked as admin's: what no role may run (XPath, reflection outside the
+                        // policy's reflection-classes) is refused there too.
                         String refused = refusal(plan, role == null ? ADMIN : role);
                         if (refused != null) throw new SecurityException(refused);
                         return BoxedUnit.UNIT;
@@ -151,17 +330,6 @@ public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, 
         String name = o.getClass().getName();
         if (name.endsWith("$")) name = name.substring(0, name.length() - 1);
         return name.substring(Math.max(name.lastIndexOf('.'), name.lastIndexOf('$')) + 1);
-    }
-
-    private static boolean isWrite(Object node) {
-        return node instanceof org.apache.spark.sql.catalyst.plans.logical.V2WriteCommand
-            || node instanceof org.apache.spark.sql.execution.command.DataWritingCommand
-            || node instanceof org.apache.spark.sql.execution.datasources.InsertIntoDataSourceCommand
-            || node instanceof org.apache.spark.sql.catalyst.plans.logical.RowLevelWrite
-            || node instanceof org.apache.spark.sql.catalyst.plans.logical.InsertIntoStatement
-            || node instanceof org.apache.spark.sql.catalyst.plans.logical.DeleteFromTable
-            || node instanceof org.apache.spark.sql.catalyst.plans.logical.UpdateTable
-            || node instanceof org.apache.spark.sql.catalyst.plans.logical.MergeIntoTable;
     }
 
     /** Table property of a stream table (server/catalog/properties.py, ENABLED). */
@@ -292,44 +460,32 @@ public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, 
      * or two-part names it resolves against the session catalog, while Spark resolves them in the
      * other catalog.
      */
-    private static String otherCatalog(LogicalPlan node) {
+    private static String otherCatalog(LogicalPlan node, Policy p) {
         if (!(node instanceof org.apache.spark.sql.catalyst.plans.logical.SetCatalogAndNamespace)) return null;
         LogicalPlan target = ((org.apache.spark.sql.catalyst.plans.logical.SetCatalogAndNamespace) node).child();
         if (!(target instanceof org.apache.spark.sql.catalyst.analysis.ResolvedNamespace)) return null;
         String catalog = ((org.apache.spark.sql.catalyst.analysis.ResolvedNamespace) target).catalog().name();
         if (SESSION_CATALOG.equalsIgnoreCase(catalog)) return null;
-        return "USE of catalog " + catalog + " (another catalog than " + SESSION_CATALOG + ")";
+        return fill(p.useOtherCatalog.resolved, "catalog", catalog);
     }
 
     /**
-     * The classes {@code reflect}, {@code java_method} and {@code try_reflect} may call, for every
-     * role: pure functions of their arguments (and Thread.sleep, which a statement deadline
-     * interrupts). Anything else (System.exit, Runtime, process
-     * creation, properties, threads) could end or take over the JVM that serves everyone, so
-     * it is refused whoever asks (issue 51, "one life").
+     * Why a call by reflection may not run, or null when its class is one of the policy's
+     * ``reflection-classes``: pure functions of their arguments (and Thread.sleep, which a statement
+     * deadline interrupts). Anything else (System.exit, Runtime, process creation, properties, threads)
+     * could end or take over the JVM that serves everyone, so it is refused whoever asks (issue 51,
+     * "one life"). Only a literal class name can be checked: any other is refused.
      */
-    static final java.util.Set<String> REFLECTION_CLASSES = java.util.Collections.unmodifiableSet(
-        new java.util.TreeSet<>(java.util.Arrays.asList(
-            "java.lang.Boolean", "java.lang.Byte", "java.lang.Character", "java.lang.Double", "java.lang.Float",
-            "java.lang.Integer", "java.lang.Long", "java.lang.Math", "java.lang.Short", "java.lang.StrictMath",
-            "java.lang.String", "java.lang.Thread", "java.net.URLDecoder", "java.net.URLEncoder", "java.util.UUID")));
-
-    /** Why a call by reflection may not run (for any role), or null when its class is allowed. */
-    private static String reflection(Expression e) {
-        if (!(e instanceof org.apache.spark.sql.catalyst.expressions.CallMethodViaReflection)) return null;
+    private static Refusal reflection(Expression e, String name, Policy p) {
+        if (!p.reflection.matches(name)) return null;
         scala.collection.Seq<Expression> args = e.children();
         Object cls = args.size() > 0 && args.apply(0).foldable() ? args.apply(0).eval(null) : null;
         Object method = args.size() > 1 && args.apply(1).foldable() ? args.apply(1).eval(null) : null;
         String target = cls == null ? null : cls.toString();
-        if (target != null && REFLECTION_CLASSES.contains(target)) return null;
-        return "NOBODY:a JVM method called by reflection (" + target + (method == null ? "" : "." + method)
-            + "; reflect may call " + String.join(", ", REFLECTION_CLASSES) + ")";
+        if (target != null && p.reflectionClasses.contains(target)) return null;
+        return new Refusal(fill(p.reflection.resolved, "target", target + (method == null ? "" : "." + method),
+            "allowed", String.join(", ", p.reflectionClasses)), p.reflection.role);
     }
-
-    /** Spark's expressions that run java.util.regex over their second argument. */
-    private static final java.util.Set<String> REGEX_FUNCTIONS = java.util.Collections.unmodifiableSet(
-        new java.util.HashSet<>(java.util.Arrays.asList("RLike", "RegExpReplace", "RegExpExtract",
-            "RegExpExtractAll", "RegExpCount", "RegExpSubStr", "RegExpInStr", "StringSplit")));
 
     /**
      * Why a regular expression may not run, or null. java.util.regex backtracks, ignores thread
@@ -340,17 +496,18 @@ public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, 
      * (one that comes from data cannot be checked before it runs). Possessive quantifiers
      * ({@code a*+}) and atomic groups ({@code (?>…)}) do not backtrack and are allowed.
      */
-    private static String regex(Expression e, String name, String role) {
-        if (!REGEX_FUNCTIONS.contains(name) || e.children().size() < 2) return null;
+    private static Refusal regex(Expression e, String name, String role, Policy p) {
+        if (!p.regex.matches(name) || e.children().size() < 2) return null;
         Expression pattern = e.children().apply(1);
         if (!pattern.foldable()) {
-            return ADMIN.equals(role) ? null : "a regular expression that is not a literal (" + e.prettyName() + ")";
+            return allows(role, p.regexNonLiteralRole) ? null
+                : new Refusal(fill(p.regexNonLiteral, "pretty", e.prettyName()), p.regexNonLiteralRole);
         }
         Object value = pattern.eval(null);
         if (value == null) return null;
         String nested = nestedRepetition(value.toString());
-        return nested == null ? null : "NOBODY:a regular expression with " + nested + " (" + e.prettyName()
-            + ": it can backtrack for hours; write the inner repetition possessive, a*+, or the group atomic, (?>…))";
+        return nested == null ? null
+            : new Refusal(fill(p.regex.resolved, "nested", nested, "pretty", e.prettyName()), p.regex.role);
     }
 
     /** A description of the first repeated group holding a repeated part in {@code p}, or null. */
@@ -465,24 +622,28 @@ public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, 
         return end < p.length() && p.charAt(end) == '+';
     }
 
-    private static String function(Expression e, String role) {
+    private static Refusal function(Expression e, String role, Policy p) {
         String name = simple(e);
-        if (name.startsWith("XPath")) return "NOBODY:" + name + " (XML functions fetch what a document names)";
-        String reflected = reflection(e);
+        // Refused to everyone first, then what the call's arguments decide (even an admin's), then roles.
+        for (Rule r : p.nobodyFunctions) {
+            if (r.matches(name)) return new Refusal(fill(r.resolved, "class", name, "pretty", e.prettyName()), NOBODY);
+        }
+        Refusal reflected = reflection(e, name, p);
         if (reflected != null) return reflected;
-        String regex = regex(e, name, role);
+        Refusal regex = regex(e, name, role, p);
         if (regex != null) return regex;
-        if (ADMIN.equals(role)) return null;
-        if (name.equals("CallMethodViaReflection") || name.equals("TryReflect")) {
-            return "a JVM method called by reflection";
+        for (Rule r : p.roleFunctions) {
+            if (r.matches(name) && !allows(role, r.role)) {
+                return new Refusal(fill(r.resolved, "class", name, "pretty", e.prettyName()), r.role);
+            }
         }
-        switch (name) {
-            case "HiveGenericUDF": case "HiveSimpleUDF": case "HiveUDAFFunction": case "HiveGenericUDTF":
-            case "ScalaUDAF": case "ScalaAggregator":
-                return "a persistent function (" + e.prettyName() + ")";
-            default:
-                return null;
-        }
+        return null;
+    }
+
+    private static String refused(Refusal r) {
+        return NOBODY.equals(r.role)
+            ? "permission denied: " + r.what + " is not allowed (decided on Spark's resolved plan)"
+            : denied(r.what, r.role);
     }
 
     /**
@@ -491,6 +652,13 @@ public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, 
      * Spark resolved and the role it needs.
      */
     public static String refusal(LogicalPlan plan, String role) {
+        Policy p = policy;
+        if (p == null) {
+            // Never configured: nothing is known to be allowed. The server's own sessions are checked as
+            // admin's, and they run before the gateway configures this rule.
+            return ADMIN.equals(role) ? null
+                : "permission denied: the authorisation policy is not loaded (decided on Spark's resolved plan)";
+        }
         ArrayDeque<Object> stack = new ArrayDeque<>();
         stack.push(plan);
         int visited = 0;
@@ -499,22 +667,29 @@ public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, 
             if (++visited > 5_000_000) return "permission denied: the statement's plan is too large to check";
             if (o instanceof LogicalPlan) {
                 LogicalPlan node = (LogicalPlan) o;
-                if (!ADMIN.equals(role)) {
+                if (!allows(role, p.filesByPath.role)) {
                     String read = fileRead(node);
-                    if (read != null) return denied(read, ADMIN);
-                    String use = otherCatalog(node);
-                    if (use != null) return denied(use, ADMIN);
-                    if (simple(node).equals("ScriptTransformation") || simple(node).endsWith("ScriptTransformationExec")) {
-                        return denied("a script transform", ADMIN);
+                    if (read != null) return denied(read, p.filesByPath.role);
+                }
+                if (!allows(role, p.useOtherCatalog.role)) {
+                    String use = otherCatalog(node, p);
+                    if (use != null) return denied(use, p.useOtherCatalog.role);
+                }
+                for (Rule r : p.nodeRules) {
+                    if (!allows(role, r.role) && r.matchesNode(node)) {
+                        return refused(new Refusal(fill(r.resolved, "class", simple(node)), r.role));
                     }
-                    if (isWrite(node)) {
-                        if (!WRITER.equals(role)) return denied("a write (" + simple(node) + ")", WRITER);
+                }
+                if (p.writes.matchesNode(node)) {
+                    if (!allows(role, p.sysWrites.role)) {
                         String namespace = writeNamespace(node);
-                        if (namespace != null && namespace.equalsIgnoreCase("sys")) {
-                            return denied("a write into sys (use the sys procedures)", ADMIN);
+                        if (namespace != null && namespace.equalsIgnoreCase(p.sysDatabase)) {
+                            return refused(new Refusal(p.sysWrites.resolved, p.sysWrites.role));
                         }
+                    }
+                    if (!allows(role, p.tieredWrites.role)) {
                         String tiered = tieredWrite(node);
-                        if (tiered != null) return denied(tiered, ADMIN);
+                        if (tiered != null) return refused(new Refusal(tiered, p.tieredWrites.role));
                     }
                 }
                 scala.collection.Iterator<LogicalPlan> children = node.children().iterator();
@@ -526,12 +701,8 @@ public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, 
                 while (inner.hasNext()) stack.push(inner.next());
             } else if (o instanceof Expression) {
                 Expression e = (Expression) o;
-                String refused = function(e, role);
-                if (refused != null) {
-                    return refused.startsWith("NOBODY:")
-                        ? "permission denied: " + refused.substring(7) + " is not allowed (decided on Spark's resolved plan)"
-                        : denied(refused, ADMIN);
-                }
+                Refusal refused = function(e, role, p);
+                if (refused != null) return refused(refused);
                 if (e instanceof SubqueryExpression) stack.push(((SubqueryExpression) e).plan());
                 scala.collection.Iterator<Expression> children = e.children().iterator();
                 while (children.hasNext()) stack.push(children.next());
