@@ -90,3 +90,59 @@ class StockMetastore:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+
+
+# A line of the scenario subprocess's stdout that carries its result (JSON).
+RESULT = "RESULT "
+
+
+def scenario_on_stock_metastore(tmp_path: Path, module: str, function: str) -> dict:
+    """Run ``module.function(server)`` in a subprocess whose tierlake server uses a stock metastore
+    service (one Spark per process), and return what it returned (JSON-able)."""
+    import json
+    import sys
+
+    from tests.conftest import free_port, subprocess_env
+
+    metastore = StockMetastore(free_port(), tmp_path / "hms").start()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", f"from tests.hive_metastore import _serve_scenario; _serve_scenario("
+                                   f"{module!r}, {function!r}, {metastore.uri!r}, {metastore.warehouse!r}, "
+                                   f"{str(tmp_path / 'home')!r})"],
+            capture_output=True, text=True, env=subprocess_env(), timeout=900)
+    finally:
+        metastore.stop()
+    lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
+    assert done.returncode == 0 and lines, (done.returncode, done.stdout[-2000:], done.stderr[-4000:])
+    result = json.loads(lines[-1][len(RESULT):])
+    print(result)
+    return result
+
+
+def _serve_scenario(module: str, function: str, uri: str, warehouse: str, home: str) -> None:
+    """The subprocess: a server on the stock metastore, the scenario, its result on stdout."""
+    import importlib
+    import json
+
+    from tierlake.server.app import Server
+    from tierlake.server.config.config import Config
+    from tierlake.server.runtime.log_setup import configure_python_logging
+
+    config = Config.load(home=Path(home), conf={
+        "tierlake.master": "local[1]",
+        "tierlake.gateway.port": "0",
+        "spark.sql.shuffle.partitions": "1",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.memory": "1g",
+        "tierlake.tiering.workers": "0",
+        "spark.hadoop.hive.metastore.uris": uri,
+        "spark.sql.warehouse.dir": warehouse,
+    })
+    configure_python_logging(config.logs_dir)
+    server = Server(config).start()
+    try:
+        result = getattr(importlib.import_module(module), function)(server)
+        print(RESULT + json.dumps(result), flush=True)
+    finally:
+        server.stop()

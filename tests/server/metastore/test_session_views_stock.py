@@ -16,11 +16,8 @@ the first is paused. Runs in a subprocess with its own server (one Spark per pro
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -28,11 +25,9 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from tests.conftest import free_port, subprocess_env
-from tests.hive_metastore import StockMetastore
+from tests.hive_metastore import scenario_on_stock_metastore
 
 pytestmark = pytest.mark.integration
-RESULT = "RESULT "
 
 
 def _race(spark, port: int) -> dict:
@@ -87,42 +82,13 @@ def _race(spark, port: int) -> dict:
             "versions": len(versions), "locks_left": locks_left}
 
 
-def _scenario(uri: str, warehouse: str, home: str) -> None:
-    """The subprocess: a server on the stock metastore, the race, its result on stdout."""
-    from tierlake.server.app import Server
-    from tierlake.server.config.config import Config
-    from tierlake.server.runtime.log_setup import configure_python_logging
-
-    config = Config.load(home=Path(home), conf={
-        "tierlake.master": "local[1]",
-        "tierlake.gateway.port": "0",
-        "spark.sql.shuffle.partitions": "1",
-        "spark.driver.memory": "1g",
-        "tierlake.tiering.workers": "0",
-        "spark.hadoop.hive.metastore.uris": uri,
-        "spark.sql.warehouse.dir": warehouse,
-    })
-    configure_python_logging(config.logs_dir)
-    server = Server(config).start()
-    try:
-        print(RESULT + json.dumps(_race(server.spark, server.gateway.port)), flush=True)
-    finally:
-        server.stop()
+def _stock_race(server) -> dict:
+    """The subprocess's scenario (tests/hive_metastore.py)."""
+    return _race(server.spark, server.gateway.port)
 
 
 def test_a_replace_racing_another_through_a_stock_metastore_is_never_written_over(tmp_path):
-    metastore = StockMetastore(free_port(), tmp_path / "hms").start()
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", f"from {__name__} import _scenario; _scenario({metastore.uri!r}, "
-                                   f"{metastore.warehouse!r}, {str(tmp_path / 'home')!r})"],
-            capture_output=True, text=True, env=subprocess_env(), timeout=900)
-    finally:
-        metastore.stop()
-    lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
-    assert done.returncode == 0 and lines, (done.returncode, done.stdout[-2000:], done.stderr[-4000:])
-    result = json.loads(lines[-1][len(RESULT):])
-    print(result)
+    result = scenario_on_stock_metastore(tmp_path, __name__, "_stock_race")
     assert result["paused"], f"the first replace's text write never reached its pause: {result}"
     assert not result["errors"], result
     # Both replaces acknowledged; the later one is the view (before the lock: [[2]], its replace lost).

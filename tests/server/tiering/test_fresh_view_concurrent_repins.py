@@ -32,11 +32,8 @@ The stock case runs in a subprocess with its own server (one Spark per process).
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -46,12 +43,10 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from tests.conftest import free_port, subprocess_env
-from tests.hive_metastore import StockMetastore
+from tests.hive_metastore import scenario_on_stock_metastore
 
 pytestmark = pytest.mark.integration
 
-RESULT = "RESULT "
 
 
 class _Hooked:
@@ -254,50 +249,19 @@ def check(result: dict) -> None:
     assert result["locks_left"] == 0, f"a lock on the view was left behind: {result}"
 
 
-def _scenario(uri: str, warehouse: str, home: str) -> None:
-    """The subprocess: a server on the stock metastore, the race, its result on stdout."""
+def _stock_race(server) -> dict:
+    """The subprocess's scenario (tests/hive_metastore.py): the race on the stock metastore."""
     from pyhive import hive
 
-    from tierlake.server.app import Server
-    from tierlake.server.config.config import Config
-    from tierlake.server.runtime.log_setup import configure_python_logging
-
-    config = Config.load(home=Path(home), conf={
-        "tierlake.master": "local[1]",
-        "tierlake.gateway.port": "0",
-        "spark.sql.shuffle.partitions": "1",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.driver.memory": "1g",
-        "tierlake.tiering.workers": "0",
-        "spark.hadoop.hive.metastore.uris": uri,
-        "spark.sql.warehouse.dir": warehouse,
-    })
-    configure_python_logging(config.logs_dir)
-    server = Server(config).start()
+    conn = hive.connect("127.0.0.1", server.gateway.port, username="tester")
     try:
-        conn = hive.connect("127.0.0.1", server.gateway.port, username="tester")
-        try:
-            result = race_of_two_repins(server.spark, conn.cursor(), "stock_race")
-        finally:
-            conn.close()
-        print(RESULT + json.dumps(result), flush=True)
+        return race_of_two_repins(server.spark, conn.cursor(), "stock_race")
     finally:
-        server.stop()
+        conn.close()
 
 
 def test_concurrent_repins_through_a_stock_hive_metastore_never_move_the_view_back(tmp_path):
-    metastore = StockMetastore(free_port(), tmp_path / "hms").start()
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", f"from {__name__} import _scenario; _scenario({metastore.uri!r}, "
-                                   f"{metastore.warehouse!r}, {str(tmp_path / 'home')!r})"],
-            capture_output=True, text=True, env=subprocess_env(), timeout=900)
-    finally:
-        metastore.stop()
-    lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
-    assert done.returncode == 0 and lines, (done.returncode, done.stdout[-2000:], done.stderr[-4000:])
-    result = json.loads(lines[-1][len(RESULT):])
-    print(result)
+    result = scenario_on_stock_metastore(tmp_path, __name__, "_stock_race")
     check(result)
     # The other process's replace waited for this re-pin's lock instead of landing inside it.
     assert result["waited_for_lock"], result
