@@ -356,6 +356,14 @@ def test_java_classes_name_only_their_own_features_or_lower_layers():
     assert not found, "Java circles between features:\n" + "\n".join(" → ".join(c) for c in found)
 
 
+def test_every_java_class_is_named_by_a_test():
+    """JVM classes get tests of their own (driven from pytest): a test module names each class."""
+    texts = [path.read_text() for path in (ROOT / "tests").rglob("test_*.py") if path.name != "test_architecture.py"]
+    untested = sorted(name.rpartition(".")[2] for name in java_sources()
+                      if not any(re.search(rf"\b{re.escape(name.rpartition('.')[2])}\b", t) for t in texts))
+    assert not untested, f"no test names these JVM classes: {untested}"
+
+
 def test_the_java_graph_sees_code_and_not_comments():
     graph = java_graph()
     ingest = "tierlake.server.ingest.java.StreamIngest"

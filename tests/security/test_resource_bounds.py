@@ -107,6 +107,8 @@ def test_a_huge_string_folded_on_the_driver_fails_too(bounded_server):
 
 @pytest.mark.integration
 def test_the_guard_says_what_happened_in_the_log(bounded_server):
+    """TaskErrorGuard (server/bounds/java/TaskErrorGuard.java) kept the task's OutOfMemoryError to its
+    query, and says so, instead of Spark's SparkUncaughtExceptionHandler ending the JVM."""
     _, port, home = bounded_server
     with login(port) as conn:
         error_of(conn.cursor(), HUGE_IN_A_TASK[0])
