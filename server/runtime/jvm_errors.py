@@ -130,11 +130,13 @@ def failure(e: BaseException) -> JavaFailure | None:
 
 
 def _is_spark_throwable(java: Any) -> bool:
-    from py4j.java_gateway import is_instance_of
+    from py4j.java_gateway import JavaObject, is_instance_of
     from pyspark import SparkContext
 
+    # Only a py4j proxy can be asked (a test's stand-in is not one, and py4j raises on it).
     gateway = SparkContext._gateway
-    return gateway is not None and is_instance_of(gateway, java, "org.apache.spark.SparkThrowable")
+    return (isinstance(java, JavaObject) and gateway is not None
+            and is_instance_of(gateway, java, "org.apache.spark.SparkThrowable"))
 
 
 # Where only a message tells (the module's docstring says why), the marker per kind.

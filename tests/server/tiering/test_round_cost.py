@@ -24,7 +24,7 @@ from tierlake.server.changelog import fresh_view, lake_schema, lake_write, plann
 from tierlake.server.clients.procedure_client import LocalClient
 from tierlake.server.maintenance import tables as table_maintenance
 from tierlake.server.runtime import session
-from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.runtime.session import iceberg_table, private_session
 from tierlake.server.tiering import round as round_module
 from tierlake.server.tiering.round import run_round
 from tierlake.server.tiering.worker import Worker
@@ -43,6 +43,21 @@ def create(cursor, pk: bool) -> tuple[str, str, str]:
         props += ", 'primary-key'='id', 'bucket.num'='2'"
     run(cursor, f"CREATE TABLE {DB}.{name} (id BIGINT, v DOUBLE) TBLPROPERTIES ({props})")
     return f"{DB}.{name}", f"{DB}_lake.{name}", f"{DB}_fresh.{name}"
+
+
+_round_sessions: dict[int, object] = {}
+
+
+def round_session(spark):
+    """A session of the test's own for the rounds whose session settings a test checks, as a worker's
+    round thread has one (Worker.round_session): the server's session is shared with its other threads
+    (an atomic CTAS sets the bucketed-merge settings on it while it runs), which made those checks
+    depend on what else the server did at that moment."""
+    found = _round_sessions.get(id(spark))
+    if found is None:
+        found = _round_sessions[id(spark)] = private_session(spark)
+        lake_write.restore(found, {k: None for k in lake_write.BUCKETED_MERGE_CONF})
+    return found
 
 
 def one_round(spark, table: str, chunk_rows: int | None = None):
@@ -268,7 +283,8 @@ def test_a_primary_key_round_merges_bucket_by_bucket_and_restores_the_session(hi
     one_round(spark, table)  # the lake holds rows: the MERGE reads them
     spark.sql(f"INSERT INTO {table} VALUES (2, 20.0, '+U'), (3, 3.0, '-D'), (4, 4.0, '+I')")
     key = "spark.sql.sources.v2.bucketing.enabled"
-    before = spark.conf.get(key, None)
+    rounds = round_session(spark)
+    before = rounds.conf.get(key, None)
     statements, seen = [], []
     original_commit, original_run = lake_write.ChangelogWrite.commit, lake_write.with_commit_properties
     monkeypatch.setattr(lake_write.ChangelogWrite, "commit",
@@ -285,10 +301,10 @@ def test_a_primary_key_round_merges_bucket_by_bucket_and_restores_the_session(hi
         return original_run(session, properties, fn)
 
     monkeypatch.setattr(lake_write, "with_commit_properties", explained)
-    one_round(spark, table)
+    one_round(rounds, table)
 
     assert seen == [("on", False), ("off", True)]
-    assert spark.conf.get(key, None) == before
+    assert rounds.conf.get(key, None) == before
     assert sorted(tuple(r) for r in spark.sql(f"SELECT id, v FROM {lake}").collect()) == [(1, 1.0), (2, 20.0), (4, 4.0)]
 
 
@@ -308,7 +324,7 @@ def test_a_bucketed_merge_that_fails_runs_again_without_the_settings(hive_cursor
 
     monkeypatch.setattr(lake_write, "with_commit_properties", failing_when_bucketed)
     with caplog.at_level("WARNING", logger="tierlake.tiering"):
-        result = one_round(spark, table)
+        result = one_round(round_session(spark), table)
 
     assert result.rows == 2 and tries[0] == "true" and tries[-1] != "true", tries
     assert "running it again without the storage-partitioned join settings" in caplog.text
