@@ -36,7 +36,7 @@ from tierlake.server.changelog.lake_schema import Carried
 from tierlake.server.changelog.planner import Chunk
 from tierlake.server.changelog.write_strategy import WriteStrategy
 from tierlake.server.runtime.jvm import jclass
-from tierlake.server.runtime.jvm_errors import Kind, is_, raised_by_sql
+from tierlake.server.runtime.jvm_errors import Kind, failure, is_, raised_by_sql
 
 log = logging.getLogger("tierlake.tiering")
 
@@ -344,7 +344,8 @@ class ChangelogWrite:
             with bucketed_merge(self.spark):
                 run()
         except Exception as e:
-            if raised_by_sql(e, validation.GUARD) or is_(e, Kind.COMMIT_FAILED):
+            found = failure(e)  # read once: both questions are asked of it
+            if raised_by_sql(found, validation.GUARD) or is_(found, Kind.COMMIT_FAILED):
                 raise
             text = str(e)
             log.warning("the bucketed MERGE of %s failed, running it again without the storage-partitioned "

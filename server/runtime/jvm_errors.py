@@ -14,8 +14,8 @@ engine asks of it (:class:`Kind`).
 Some answers can only come from a message: Iceberg says "not an ancestor"
 with the same ``ValidationException`` it uses for every failed validation,
 Hive's metastore sends every refusal as a ``MetaException``, and a
-``raise_error`` in tierlake's own SQL arrives as Spark's
-``USER_RAISED_EXCEPTION``. Those few markers live in :data:`_MESSAGES`, here
+``raise_error`` in tierlake's own SQL arrives as a plain ``RuntimeException``
+(Spark 3.5 gives it no error class). Those few markers live in :data:`_MESSAGES`, here
 and nowhere else.
 
 Tests whose fakes stand in for the JVM raise :class:`SimulatedJavaError`.
@@ -50,7 +50,6 @@ class Kind(enum.Enum):
     STALE_COPY = "the embedded metastore refused an alter made from a stale copy (CasAlterHandler.java)"
     INGEST_CANCELLED = "an ingest statement cancelled before its commit (StreamIngest.java)"
     INGEST_REFUSED = "an ingest statement's rows refused by its checks (StreamIngest.java)"
-    UNSUPPORTED = "a feature or procedure the other side does not support (SQLSTATE 0A000)"
 
 
 @dataclass(frozen=True)
@@ -61,7 +60,6 @@ class JavaFailure:
     messages: tuple[str, ...]
     error_class: str | None = None  # Spark's (SparkThrowable.getErrorClass), of the first that has one
     sqlstate: str | None = None
-    parameters: tuple[tuple[str, str], ...] = ()  # Spark's message parameters of that throwable
     origin: Any = None  # the outermost Java throwable (py4j), for its own getters
 
     def has_class(self, *names: str) -> bool:
@@ -109,7 +107,6 @@ def failure(e: BaseException) -> JavaFailure | None:
         return None
     classes, messages = [], []
     error_class = sqlstate = None
-    parameters: tuple[tuple[str, str], ...] = ()
     current, seen = java, 0
     try:
         while current is not None and seen < _MAX_CAUSES:
@@ -121,12 +118,10 @@ def failure(e: BaseException) -> JavaFailure | None:
                     error_class = str(found)
                     state = current.getSqlState()
                     sqlstate = None if state is None else str(state)
-                    params = current.getMessageParameters()
-                    parameters = tuple((str(k), str(params.get(k))) for k in params.keySet()) if params else ()
             current, seen = current.getCause(), seen + 1
     except Exception:  # noqa: BLE001 - a JVM gone mid-read: what was read is all there is
         pass
-    return JavaFailure(tuple(classes), tuple(messages), error_class, sqlstate, parameters, java)
+    return JavaFailure(tuple(classes), tuple(messages), error_class, sqlstate, java)
 
 
 def _is_spark_throwable(java: Any) -> bool:
@@ -181,21 +176,17 @@ def is_(e: BaseException | JavaFailure | None, kind: Kind) -> bool:
             found.error_class == name or (name.startswith("_") and found.error_class.endswith(name))
             for name in _ERROR_CLASSES.get(kind, ())):
         return True
-    if kind is Kind.UNSUPPORTED and found.sqlstate == "0A000":
-        return True
     return any(found.says(marker) for marker in _MESSAGES.get(kind, ()))
 
 
-def raised_by_sql(e: BaseException, marker: str) -> bool:
+def raised_by_sql(e: BaseException | JavaFailure | None, marker: str) -> bool:
     """``e`` is a ``raise_error`` of tierlake's own SQL whose message starts with ``marker`` (the
-    changelog guard): Spark's ``USER_RAISED_EXCEPTION``, read by its message parameter."""
-    found = failure(e)
+    changelog guard). In a task it reaches the driver wrapped: SparkException "Job aborted … :
+    java.lang.RuntimeException: <marker>…", caused by the RuntimeException itself."""
+    found = e if isinstance(e, JavaFailure) or e is None else failure(e)
     if found is None:
         return False
-    if found.error_class == "USER_RAISED_EXCEPTION":
-        return any(value.startswith(marker) for key, value in found.parameters if key == "errorMessage")
-    # A raise_error inside a task reaches the driver wrapped (SparkException: Job aborted … caused by it).
-    return any(m.startswith(marker) or f"] {marker}" in m or f": {marker}" in m for m in found.messages)
+    return any(m.startswith(marker) or f": {marker}" in m for m in found.messages)
 
 
 def sqlstate(e: BaseException) -> str | None:
