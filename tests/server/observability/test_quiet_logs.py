@@ -14,8 +14,20 @@ from tests.server.tiering.conftest import run, wait_tiered
 pytestmark = pytest.mark.integration
 
 # Threads that work on their own timers, whatever clients do: a line of theirs is not the statements'.
-BACKGROUND = re.compile(r"\[(tierlake-housekeeping|tierlake-backlog-probe|tierlake-scheduler|tierlake-history"
-                        r"|tiering-|round-|renew-|tierlake-repin)")
+# Each name is checked against the server's source below, so a renamed thread cannot silently widen the test.
+BACKGROUND_THREADS = ("tierlake-housekeeping", "tierlake-backlog-probe", "tierlake-scheduler",
+                      "tierlake-round-history", "tierlake-kv-maintenance", "tierlake-fresh-repin", "tierlake-branch")
+BACKGROUND_PREFIXES = ("tiering-", "round-", "renew-")
+BACKGROUND = re.compile(r"\[(" + "|".join(re.escape(n) for n in BACKGROUND_THREADS + BACKGROUND_PREFIXES) + ")")
+
+
+def test_the_background_thread_names_are_the_servers():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3] / "server"
+    source = "\n".join(p.read_text(encoding="utf-8") for p in root.rglob("*.py"))
+    missing = [name for name in BACKGROUND_THREADS if f'"{name}"' not in source]
+    assert not missing, missing
 
 
 def statements_of(db: str, n: int) -> tuple[str, ...]:
