@@ -9,7 +9,7 @@ Starts a local SparkSession with tierlake's JVM classes (compiled into
 in-process server (Iceberg's parser extensions, the real handler) and times
 everything an ExecuteStatement goes through before it is relayed or answered:
 ``Authorizer.check`` for a reader with a password file, then the handler's
-``wants_for`` (CALL? tiered DDL? a cached sys read?), on SELECTs holding the
+``route`` (CALL? tiered DDL? a cached sys read?), on SELECTs holding the
 words the gateway's text heuristics used to react to; the time spent in
 sqlglot is measured separately.
 """
@@ -83,11 +83,11 @@ class SqlglotClock:
 
 
 def decision_path(runs: int) -> None:
-    """authorise + wants, as the gateway's ExecuteStatement runs them, for a reader."""
+    """authorise + route, as the gateway's ExecuteStatement runs them, for a reader."""
     from bench.common import start_server
     from tierlake.server.gateway.auth.authz import Authorizer, SparkSessions
     from tierlake.server.gateway.auth.passwords import PasswordFile, set_user
-    from tierlake.server.gateway.transport.protocol import SessionInfo
+    from tierlake.server.gateway.transport.protocol import SessionInfo, Statement
 
     server = start_server()
     try:
@@ -95,12 +95,13 @@ def decision_path(runs: int) -> None:
         set_user(passwords, "rita", "rita-pw", frozenset({"reader"}))
         authorizer = Authorizer(PasswordFile(passwords), server.registry, max_statement_size=1 << 20)
         authorizer.attach(SparkSessions(server.spark))
-        handler = server.gateway.handler  # the server's own: the sys read cache around the CALL/DDL handler
+        handler = server.gateway.handler  # the server's own routes
         session = SessionInfo("rita", b"b" * 16, 9, "bench")
 
         def decide(text: str) -> bool:
-            authorizer.check("rita", text, session)
-            return handler.wants_for(text, session)
+            statement = Statement(text, session)
+            authorizer.check("rita", statement)
+            return handler.route(statement)
 
         decide("SELECT * FROM shop.t")  # warm-up
         print("| statement | bytes | authorise | wants | whole decision | in sqlglot | answered by |")
@@ -111,10 +112,11 @@ def decision_path(runs: int) -> None:
             for _ in range(runs):
                 clock = SqlglotClock()
                 try:
+                    statement = Statement(text, session)
                     t0 = time.perf_counter()
-                    authorizer.check("rita", text, session)
+                    authorizer.check("rita", statement)
                     t1 = time.perf_counter()
-                    wanted = handler.wants_for(text, session)
+                    wanted = handler.route(statement)
                     t2 = time.perf_counter()
                 finally:
                     clock.remove()

@@ -41,6 +41,8 @@ import time
 from typing import Any
 
 from bench.common import p, sample, start_server
+from tierlake.server.gateway.routing.ddl import parse_tiered_create
+from tierlake.server.tiering import ddl as tiered_ddl
 
 DB = "bench_fresh"
 
@@ -65,13 +67,10 @@ def build(server: Any, name: str, rows: int, history: int) -> str:
     stream history of ``history`` rows; nothing pending."""
     spark = server.spark
     table = f"{DB}.{name}"
-    handler = server.gateway.handler
-    while not hasattr(handler, "create_tiered") and hasattr(handler, "inner"):
-        handler = handler.inner  # the CALL handler behind the sys read cache (and any other wrapper)
-    handler.create_tiered(
-        f"CREATE TABLE {table} (id BIGINT, v DOUBLE, note STRING, seq BIGINT) TBLPROPERTIES ("
-        "'table.datalake.enabled'='true', 'primary-key'='id', 'bucket.num'='4', 'sequence-by'='seq', "
-        "'table.datalake.freshness'='1 h')")
+    create = (f"CREATE TABLE {table} (id BIGINT, v DOUBLE, note STRING, seq BIGINT) TBLPROPERTIES ("
+              "'table.datalake.enabled'='true', 'primary-key'='id', 'bucket.num'='4', 'sequence-by'='seq', "
+              "'table.datalake.freshness'='1 h')")
+    tiered_ddl.run(server.context(None), parse_tiered_create(create), create)
     commits = max(1, history // rows)
     per_commit = history // commits
     for c in range(commits):

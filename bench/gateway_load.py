@@ -314,7 +314,7 @@ def status_main(args) -> None:
             worker.join(timeout=120)
         admin.execute("SELECT count(*) FROM sys.tiering_rounds WHERE database_name = 'load'")
         rounds = admin.fetchall()[0][0]
-        handler = server.gateway.handler
+        handler = server.gateway.handler.by_name["sys-read"]
         print(f"status reads: {STATUS_QUERY[0]}; {rounds} rounds tiered; "
               f"gateway cache {handler.hits} hits / {handler.misses} Spark queries")
         print("| run | statements | failed | statements/s | p50 | p99 |")

@@ -21,10 +21,12 @@ from tierlake.server.exceptions import ConfigError, PortInUseError
 from tierlake.server.gateway.auth import jvm as authz_jvm
 from tierlake.server.gateway.auth.authz import Authorizer, SparkSessions
 from tierlake.server.gateway.auth.passwords import PasswordFile
-from tierlake.server.gateway.routing.handler import MAX_CALL_SIZE, CallHandler
-from tierlake.server.gateway.routing.ingest import IngestHandler
+from tierlake.server.gateway.routing.handler import MAX_CALL_SIZE, CallHandler, DdlHandler
+from tierlake.server.gateway.routing.ingest import IngestHandler, SessionSettings
+from tierlake.server.gateway.routing.router import Router
 from tierlake.server.gateway.routing.sys_reads import SysReads
 from tierlake.server.gateway.transport.server import Gateway
+from tierlake.server.gateway.transport.settings import GatewaySettings
 from tierlake.server.ingest import ledger
 from tierlake.server.ingest.request_ids import RequestKeys
 from tierlake.server.ingest.writer import StreamWriter
@@ -86,17 +88,8 @@ def gateway_from_config(config: Config, handler: Any, backend_port: int, registr
         except (OSError, ssl.SSLError) as e:
             raise ConfigError(f"cannot load the gateway's TLS certificate {certfile}: {e}") from None
     try:
-        return Gateway(host=host, port=config.int("tierlake.gateway.port"), backend_host="127.0.0.1",
-                       backend_port=backend_port, handler=handler, auth=auth, authorizer=authorizer,
-                       ssl_context=context, on_session_opened=on_session_opened,
-                       handshake_timeout=config.seconds("tierlake.gateway.handshake-timeout"),
-                       max_request_size=config.int("tierlake.gateway.max-request-size"),
-                       max_reply_size=config.int("tierlake.gateway.max-reply-size"),
-                       max_connections=config.int("tierlake.gateway.max-connections"),
-                       max_unauthenticated=config.int("tierlake.gateway.max-unauthenticated-connections"),
-                       max_unauthenticated_per_address=config.int(
-                           "tierlake.gateway.max-unauthenticated-per-address"),
-                       backend_secret=backend_secret)
+        return Gateway(GatewaySettings.from_config(config, backend_port, backend_secret, context), handler,
+                       authorizer=authorizer, on_session_opened=on_session_opened)
     except ValueError as e:
         raise ConfigError(str(e)) from None
 
@@ -153,7 +146,7 @@ class Server:
     # The JDBC URL clients use.
     @property
     def jdbc_url(self) -> str:
-        tls = ";ssl=true" if self.gateway.ssl_context is not None else ""
+        tls = ";ssl=true" if self.gateway.settings.ssl_context is not None else ""
         return f"jdbc:hive2://{self.config.text('tierlake.gateway.host')}:{self.gateway.port}/default{tls}"
 
     def context(self, user: str | None = None) -> Context:
@@ -228,7 +221,8 @@ class Server:
         metrics.watch_sessions(lambda: self.gateway.session_count if self.gateway is not None else 0)
         source = sources.server_source(self.spark, self.coordinator.rounds_table)
         try:
-            return ObservabilityHttp(host, port, self.gateway.authorizer, source, self.gateway.ssl_context).start()
+            return ObservabilityHttp(host, port, self.gateway.authorizer, source,
+                                     self.gateway.settings.ssl_context).start()
         except OSError as e:
             if e.errno != errno.EADDRINUSE:
                 raise
@@ -240,15 +234,16 @@ class Server:
             log.warning("unfinished CREATE TABLE %s.%s AS SELECT (%s) from the previous run: %s",
                         outcome["database_name"], outcome["table_name"], outcome["ctas_id"], outcome["state"])
 
-    def _handler(self) -> Any:
-        """CALLs and tiered DDL, behind the gateway's cache of sys reads."""
-        reads = SysReads(CallHandler(self.registry, self.context, self.config.int(MAX_CALL_SIZE)), lambda: self.spark,
-                         lambda: ("127.0.0.1", self.thrift_port, self.internal_secret),
+    def _handler(self) -> Router:
+        """The gateway's routes, in the order they are asked (server/gateway/routing/router.py)."""
+        sessions = lambda: self.gateway.authorizer.sessions if self.gateway else None  # noqa: E731
+        settings = SessionSettings(RequestKeys.load(self.config.home))
+        reads = SysReads(lambda: self.spark, lambda: ("127.0.0.1", self.thrift_port, self.internal_secret),
                          max_age_s=self.config.duration("tierlake.gateway.status-cache.max-age").total_seconds(),
-                         enabled=self.config.flag("tierlake.gateway.status-cache"),
-                         sessions=lambda: self.gateway.authorizer.sessions if self.gateway else None)
-        return IngestHandler(reads, lambda: self.gateway.authorizer.sessions if self.gateway else None,
-                             StreamWriter(), RequestKeys.load(self.config.home))
+                         enabled=self.config.flag("tierlake.gateway.status-cache"), sessions=sessions)
+        return Router([settings, IngestHandler(sessions, StreamWriter()),
+                       CallHandler(self.registry, self.context, self.config.int(MAX_CALL_SIZE)),
+                       DdlHandler(self.context), reads], settings=settings)
 
     def _session_opened(self, guid: bytes, secret: bytes) -> None:
         """Every JDBC session is its own SparkSession: give it the UDFs before its client can use it."""

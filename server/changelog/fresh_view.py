@@ -159,9 +159,9 @@ def _table_properties(table: Any) -> dict[str, str]:
     return string_map(table.properties())
 
 
-def view_of(spark: Any, stream: TablePath) -> TablePath | None:
-    """The fresh view the stream table names, if any."""
-    return _view_named(_properties(spark, stream))
+def view_of(spark: Any, stream: TablePath, properties: dict[str, str] | None = None) -> TablePath | None:
+    """The fresh view the stream table names, if any (``properties``: the table's, when already read)."""
+    return _view_named(_properties(spark, stream) if properties is None else properties)
 
 
 def _view_named(properties: dict[str, str]) -> TablePath | None:

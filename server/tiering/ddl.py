@@ -1,10 +1,11 @@
 """Tiered DDL, run by the engine behind one entry point, :func:`run`.
 
-The gateway only recognises the statement, on Spark's own parse in the
-session that runs it (server/gateway/routing/ddl.py reads a tiered CREATE's columns
+The gateway only recognises the statement, on Spark's one parse of it in
+the client's session (server/gateway/routing/ddl.py reads a tiered CREATE's columns
 and properties or a tiering ALTER's properties; server/gateway/routing/fresh_ddl.py a
-qualified DROP TABLE or RENAME of a tiered table), and hands what it
-recognised here with the statement. Everything that follows happens here:
+qualified DROP TABLE or RENAME of a tiered table, which then runs as that
+very plan), and hands what it recognised here with the statement.
+Everything that follows happens here:
 
 - :class:`TieredCreate` — ``CREATE TABLE … TBLPROPERTIES('table.datalake.enabled'='true')``
   (and its ``AS SELECT``): the properties checked before anything exists, the
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from tierlake import sql
@@ -87,13 +88,31 @@ class TieringAlter:
 
 @dataclass(frozen=True)
 class TableChange:
+    """``DROP TABLE`` or ``ALTER TABLE … RENAME TO`` of a tiered table or one with a fresh view.
+
+    ``plan``: Spark's parse of the statement, which :func:`change` runs (the statement is not parsed
+    again); ``properties``: the table's, as read when the statement was recognised (not loaded again)."""
+
     table: TablePath
     renamed_to: TablePath | None  # None: DROP TABLE
+    plan: Any = field(default=None, compare=False, repr=False)
+    properties: dict[str, str] | None = field(default=None, compare=False, repr=False)
+
+    def with_plan(self, plan: Any, properties: dict[str, str]) -> TableChange:
+        return replace(self, plan=plan, properties=properties)
 
 
 @dataclass(frozen=True)
 class ColumnChange:
-    table: TablePath  # ALTER TABLE … ADD/DROP/RENAME/ALTER/REPLACE COLUMN(S) of a table with a fresh view
+    """ALTER TABLE … ADD/DROP/RENAME/ALTER/REPLACE COLUMN(S) of a table with a fresh view (``plan`` and
+    ``properties`` as for :class:`TableChange`)."""
+
+    table: TablePath
+    plan: Any = field(default=None, compare=False, repr=False)
+    properties: dict[str, str] | None = field(default=None, compare=False, repr=False)
+
+    def with_plan(self, plan: Any, properties: dict[str, str]) -> ColumnChange:
+        return replace(self, plan=plan, properties=properties)
 
 
 Command = TieredCreate | TieringAlter | TableChange | ColumnChange
@@ -284,15 +303,31 @@ def alter(ctx: Context, alter: TieringAlter, statement: str, user: str | None = 
     return DdlResult(NO_COLUMNS, [])
 
 
-def has_fresh_view(spark: Any, table: TablePath) -> bool:
-    """The table exists and is tiered or names a fresh view (a cheap metadata read, only for DROP/RENAME
-    statements): the gateway hands such a statement to :func:`run`, which keeps the view and the
-    registration in step."""
+def fresh_view_properties(spark: Any, table: TablePath) -> dict[str, str] | None:
+    """The table's properties if it exists and is tiered or names a fresh view (one metadata read, only
+    for DROP/RENAME and column changes), else None: the gateway hands such a statement to :func:`run`
+    with these properties, and it keeps the view and the registration in step."""
     try:
-        props = dict(iceberg_table(spark, table.quoted).properties())
+        props = {str(k): str(v) for k, v in dict(iceberg_table(spark, table.quoted).properties()).items()}
     except Exception:  # noqa: BLE001 - not an Iceberg table, or no such table: Spark answers the statement
-        return False
-    return FRESH_VIEW_PROPERTY in props or str(props.get(ENABLED, "")).lower() == "true"
+        return None
+    return props if FRESH_VIEW_PROPERTY in props or str(props.get(ENABLED, "")).lower() == "true" else None
+
+
+def has_fresh_view(spark: Any, table: TablePath) -> bool:
+    """The table exists and is tiered or names a fresh view (:func:`fresh_view_properties`)."""
+    return fresh_view_properties(spark, table) is not None
+
+
+def _run_statement(spark: Any, command: TableChange | ColumnChange, statement: str) -> Any:
+    """Run the statement a command was recognised from: its plan as parsed when the gateway decided on
+    it (one parse per statement, and what runs is what was decided), else its text."""
+    if command.plan is None:
+        return spark.sql(statement)
+    from pyspark.sql import DataFrame
+
+    jvm = spark.sparkContext._jvm
+    return DataFrame(jvm.org.apache.spark.sql.Dataset.ofRows(spark._jsparkSession, command.plan), spark)
 
 
 def _restore_properties(spark: Any, path: TablePath, keys: dict[str, str], before: dict[str, str]) -> None:
@@ -313,21 +348,23 @@ def change(ctx: Context, change: TableChange, statement: str) -> DdlResult:
     comes after it but the registration, whose failure the error says how to finish); after a RENAME
     the view is made under the new name, and the registration follows the table."""
     spark, config, table, target = ctx.spark, ctx.config, change.table, change.renamed_to
-    props = {str(k): str(v) for k, v in dict(iceberg_table(spark, table.quoted).properties()).items()}
+    props = change.properties
+    if props is None:
+        props = {str(k): str(v) for k, v in dict(iceberg_table(spark, table.quoted).properties()).items()}
     lake = lake_of(config, table, props)
-    view = fresh_view.view_of(spark, table)
+    view = fresh_view.view_of(spark, table, props)
     steps = Steps(f"{'DROP TABLE' if target is None else 'ALTER TABLE … RENAME'} {table}")
     if view is not None:
         steps.run(f"drop the fresh view {view}", lambda: fresh_view.drop_view(spark, view),
                   undo=(f"fresh view {view} made again", lambda: fresh_view.create(spark, config, table, lake)))
     if target is None:
-        steps.run("drop the table", lambda: spark.sql(statement))
+        steps.run("drop the table", lambda: _run_statement(spark, change, statement))
         steps.undo.clear()  # dropped: nothing before this can be undone any more
         steps.run("remove the registration (the table is dropped; finish with "
                   f"CALL sys.disable_tiering('{table}') if it is still listed)",
                   lambda: follow_table_change(ctx, table, None))
         return DdlResult(NO_COLUMNS, [])
-    steps.run(f"rename the table to {target}", lambda: spark.sql(statement),
+    steps.run(f"rename the table to {target}", lambda: _run_statement(spark, change, statement),
               undo=(f"table renamed back to {table}", lambda: spark.sql(sql.render(
                   T_RENAME, source=[target.database, target.table], target=[table.database, table.table]))))
     made = fresh_view.fresh_path(config, target)
@@ -349,7 +386,7 @@ def change_columns(ctx: Context, change: ColumnChange, statement: str) -> DdlRes
     lake at that moment) is logged and left to the next round (the stream moved, so even an idle
     table gets one), and the ALTER is still answered."""
     spark, config, table = ctx.spark, ctx.config, change.table
-    Steps(f"ALTER TABLE {table}").run("change the columns", lambda: spark.sql(statement))
+    Steps(f"ALTER TABLE {table}").run("change the columns", lambda: _run_statement(spark, change, statement))
     try:
         props = {str(k): str(v) for k, v in dict(iceberg_table(spark, table.quoted).properties()).items()}
         if str(props.get(ENABLED, "")).lower() == "true":

@@ -78,11 +78,13 @@ def dry_registry(source: Registry) -> Registry:
 @pytest.fixture(scope="module")
 def fuzz_cursor(server):
     from tierlake.server.gateway.routing.handler import CallHandler
+    from tierlake.server.gateway.routing.router import Router
     from tierlake.server.gateway.transport.server import Gateway
+    from tierlake.server.gateway.transport.settings import GatewaySettings
 
     registry = dry_registry(server.registry)
-    gateway = Gateway("127.0.0.1", 0, "127.0.0.1", server.thrift_port, CallHandler(registry, server.context),
-                      backend_secret=server.internal_secret).start()
+    gateway = Gateway(GatewaySettings(backend_port=server.thrift_port, backend_secret=server.internal_secret),
+                      Router([CallHandler(registry, server.context)])).start()
     conn = hive.connect("127.0.0.1", gateway.port, username="fuzz")
     conn._transport._trans.setTimeout(120_000)  # a hang fails the test (socket.timeout) instead of blocking it
     yield conn.cursor(), registry

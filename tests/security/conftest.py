@@ -42,12 +42,14 @@ def configured_gateway(server, real_handler: bool = True, **conf):
     from tierlake.server.app import gateway_from_config
     from tierlake.server.config.config import Config
     from tierlake.server.gateway.auth.authz import SparkSessions
-    from tierlake.server.gateway.routing.handler import CallHandler
+    from tierlake.server.gateway.routing.handler import CallHandler, DdlHandler
+    from tierlake.server.gateway.routing.router import Router
 
     config = Config(home=server.config.home, values={**server.config.values, "tierlake.gateway.port": "0", **conf})
     # The server's own chain of statement handlers (the ingest path, sys reads, CALLs and tiered DDL):
     # a writer's INSERT into a stream table goes through the ingest checks, as in production.
-    handler = server._handler() if real_handler else CallHandler(server.registry, server.context)
+    handler = (server._handler() if real_handler
+               else Router([CallHandler(server.registry, server.context), DdlHandler(server.context)]))
     gw = gateway_from_config(config, handler, server.thrift_port, server.registry,
                              backend_secret=server.internal_secret)
     gw.authorizer.attach(SparkSessions(server.spark, server.thrift_server))

@@ -84,26 +84,28 @@ def test_ddl_the_gateway_runs_itself_needs_admin_whatever_the_client_session_par
     from tierlake.server.app import gateway_from_config
     from tierlake.server.config.config import Config
     from tierlake.server.gateway.auth.authz import SparkSessions
-    from tierlake.server.gateway.routing.handler import CallHandler
+    from tierlake.server.gateway.routing.handler import CallHandler, DdlHandler
+    from tierlake.server.gateway.routing.router import Router
     from tierlake.server.gateway.transport.protocol import LocalResult
+    from tierlake.server.sqlapi.roles import ADMIN
 
     marker = "SELECT 'taken as ddl' AS x"
 
-    class Handler(CallHandler):
-        def runs_ddl(self, statement):
-            return statement == marker
+    class Marker(DdlHandler):
+        """A DDL route that takes the marker query (as a session setting that changed the parse might)."""
 
-        def wants(self, statement):
-            return statement == marker or super().wants(statement)
+        def claim(self, statement):
+            return statement.text == marker
 
-        def execute(self, statement, session):
-            if statement == marker:
-                return LocalResult(columns=[("x", "string")], rows=[("ran",)])
-            return super().execute(statement, session)
+        def execute(self, statement):
+            return LocalResult(columns=[("x", "string")], rows=[("ran",)])
+
+    assert Marker.role == ADMIN
+    handler = Router([Marker(server.context), CallHandler(server.registry, server.context)])
 
     config = Config(home=server.config.home, values={**server.config.values, "tierlake.gateway.port": "0",
                                                      "tierlake.gateway.password-file": str(password_file)})
-    gw = gateway_from_config(config, Handler(server.registry, server.context), server.thrift_port,
+    gw = gateway_from_config(config, handler, server.thrift_port,
                              server.registry, backend_secret=server.internal_secret)
     gw.authorizer.attach(SparkSessions(server.spark, server.thrift_server))
     gw.start()

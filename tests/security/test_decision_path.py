@@ -1,23 +1,24 @@
 """After authorisation, what the gateway answers itself is decided on the
 authoriser's parse, with no second parser over the client's text: a query
 of any size, whatever words it holds, is neither tokenized nor parsed by
-sqlglot nor parsed by Spark again; ``CALL sys.…`` is found by a bounded look
+sqlglot nor parsed by Spark again (every route reads the statement's one
+parse); ``CALL sys.…`` is found by a bounded look
 at the statement's start. No JVM: Spark's parser is stood in for."""
 
 from __future__ import annotations
 
-import threading
 import time
-from types import SimpleNamespace
 
 import pytest
 import sqlglot
 
 from tierlake.server.gateway.auth import planauth
 from tierlake.server.gateway.auth.callparse import CALL_PREFIX_LIMIT, is_sys_call
-from tierlake.server.gateway.routing.handler import CallHandler
+from tierlake.server.gateway.routing.handler import CallHandler, DdlHandler
+from tierlake.server.gateway.routing.ingest import SessionSettings
+from tierlake.server.gateway.routing.router import Router
 from tierlake.server.gateway.routing.sys_reads import SysReads
-from tierlake.server.gateway.transport.protocol import SessionInfo
+from tierlake.server.gateway.transport.protocol import SessionInfo, Statement
 
 LOGICAL = "org.apache.spark.sql.catalyst.plans.logical."
 ANALYSIS = "org.apache.spark.sql.catalyst.analysis."
@@ -44,35 +45,31 @@ def plan(root: str, *relations: tuple[str, ...]) -> planauth.Plan:
     return planauth.decode("\n".join(lines) + "\n")
 
 
-class FakeSpark:
-    """Spark's parser, answering one root class for every text; counts parses."""
+class Parser:
+    """Spark's parse in the client's session, stood in for: one plan for every text; counts parses."""
 
-    def __init__(self, root: str | None):
-        self.root, self.parses = root, 0
-        cls = SimpleNamespace(getSimpleName=lambda: self.root)
-        parsed = SimpleNamespace(getClass=lambda: cls)
-        parser = SimpleNamespace(parsePlan=self._parse)
-        self._jsparkSession = SimpleNamespace(sessionState=lambda: SimpleNamespace(sqlParser=lambda: parser))
-        self._parsed = parsed
+    def __init__(self, result: planauth.Plan | None):
+        self.result, self.parses = result, 0
 
-    def _parse(self, text):
+    def __call__(self, text: str) -> planauth.Plan:
         self.parses += 1
-        if self.root is None:
+        if self.result is None:
             raise ValueError("does not parse")
-        return self._parsed
+        return self.result
 
 
-@pytest.fixture(autouse=True)
-def fake_parse(monkeypatch):
-    """The running session's parse (PlanWalker.parse in the JVM) answered by the fake's parser."""
-    from tierlake.server.gateway.routing import fresh_ddl
+class NoSpark:
+    """A context whose Spark must not be touched (a table load would be a second look)."""
 
-    monkeypatch.setattr(fresh_ddl, "spark_parse",
-                        lambda jsession, statement: jsession.sessionState().sqlParser().parsePlan(statement))
+    @property
+    def spark(self):
+        raise AssertionError("the handler reached for Spark")
 
 
-def handler(spark: FakeSpark) -> CallHandler:
-    return CallHandler(registry=None, context_factory=lambda user: SimpleNamespace(spark=spark))
+def router(reads: SysReads | None = None) -> Router:
+    context = lambda user: NoSpark()  # noqa: E731
+    routes = [SessionSettings(), CallHandler(registry=None, context_factory=context), DdlHandler(context)]
+    return Router(routes + ([reads] if reads is not None else []))
 
 
 @pytest.fixture
@@ -88,65 +85,69 @@ def no_sqlglot(monkeypatch):
 
 def test_a_query_the_authoriser_parsed_is_neither_reparsed_nor_read_by_sqlglot(no_sqlglot):
     text = huge_select()
-    spark = FakeSpark("CreateTable")  # what a second parse would say: it must not be asked
-    planauth.remember(text, plan("Project", ("shop", "t")))
-    h = handler(spark)
+    parser = Parser(plan("CreateTable"))  # what a second parse would say: it must not be asked
+    statement = Statement(text, SESSION, parse=parser)
+    statement.authorised(plan("Project", ("shop", "t")))
     started = time.perf_counter()
-    assert not h.wants(text) and not h.runs_ddl(text)
+    assert not router().route(statement)
     assert time.perf_counter() - started < 0.5
-    assert spark.parses == 0
+    assert parser.parses == 0 and statement.route is None
 
 
-@pytest.mark.parametrize("root", ["CreateTable", "SetTableProperties", "DropTable", "RenameTable"])
-def test_ddl_needs_the_ddl_root_in_the_running_session_too(root):
+def test_tiered_ddl_is_taken_on_the_authorisers_parse_alone():
     text = "CREATE TABLE d.t (id BIGINT) TBLPROPERTIES ('table.datalake.enabled'='true')"
-    planauth.remember(text, plan(root))
-    spark = FakeSpark("Project")  # the session that would run it reads a query: relayed
-    assert not handler(spark).runs_ddl(text)
-    assert spark.parses == 1
-
-
-def test_a_tiered_create_both_parses_agree_on_is_taken():
-    text = "CREATE TABLE d.t (id BIGINT) TBLPROPERTIES ('table.datalake.enabled'='true')"
-    planauth.remember(text, plan("CreateTable"))
-    assert handler(FakeSpark("CreateTable")).runs_ddl(text)
-    alter = "ALTER TABLE d.t SET TBLPROPERTIES ('table.datalake.freshness'='1 s')"
-    planauth.remember(alter, plan("SetTableProperties"))
-    assert handler(FakeSpark("SetTableProperties")).runs_ddl(alter)
+    parser = Parser(plan("Project"))  # a second parse would say query: it must not be asked
+    statement = Statement(text, SESSION, parse=parser)
+    statement.authorised(plan("CreateTable"))
+    assert router().route(statement)
+    assert (statement.route, statement.role, parser.parses) == ("ddl", "admin", 0)
+    assert statement.prepared.table.quoted == "`d`.`t`"
+    alter = Statement("ALTER TABLE d.t SET TBLPROPERTIES ('table.datalake.freshness'='1 s')", SESSION, parse=parser)
+    alter.authorised(plan("SetTableProperties"))
+    assert router().route(alter) and alter.route == "ddl" and alter.prepared.properties
+    query = Statement(text, SESSION, parse=parser)  # the same text, parsed by the authoriser as a query
+    query.authorised(plan("Project"))
+    assert not router().route(query)
+    assert parser.parses == 0
 
 
 def test_without_the_authorisers_parse_spark_decides_before_sqlglot(no_sqlglot):
-    # Development mode: no plan to recall. Spark's parse (one, in the JVM) says query: sqlglot never runs.
-    text = huge_select()
-    spark = FakeSpark("Project")
-    assert not handler(spark).wants(text)
-    assert spark.parses == 1
-    plain = FakeSpark("Project")
-    assert not handler(plain).wants("SELECT * FROM shop.t")  # no DDL word: not even parsed
+    # Development mode: nothing parsed the statement. Spark's parse (one, in the JVM) says query: sqlglot never runs.
+    parser = Parser(plan("Project"))
+    assert not router().route(Statement(huge_select(), SESSION, parse=parser))
+    assert parser.parses == 1
+    plain = Parser(plan("Project"))
+    assert not router().route(Statement("SELECT * FROM shop.t", SESSION, parse=plain))  # no DDL word: not parsed
     assert plain.parses == 0
 
 
-def test_the_remembered_parse_is_this_threads_and_this_texts():
-    text = "SELECT 1"
-    planauth.remember(text, plan("Project"))
-    assert planauth.recall(text) is not None
-    assert planauth.recall("SELECT 2") is None
-    seen = []
-    thread = threading.Thread(target=lambda: seen.append(planauth.recall(text)))
-    thread.start()
-    thread.join()
-    assert seen == [None]
+def test_every_route_reads_the_one_parse():
+    # A text that every route's cheap test lets through: the first route that needs a parse makes it,
+    # the others read it.
+    text = "SET x = 'create table t tblproperties (table.datalake.enabled) alter column insert sys'"
+    parser = Parser(plan("SetCommand"))
+    reads = SysReads(spark=lambda: None, backend=lambda: ("127.0.0.1", 1, None))
+    assert not router(reads).route(Statement(text, SESSION, parse=parser))
+    assert parser.parses == 1
+
+
+def test_a_statement_that_does_not_parse_is_parsed_once_and_relayed():
+    parser = Parser(None)
+    statement = Statement("INSERT INTO sys.x SET create alter column", SESSION, parse=parser)
+    assert not router().route(statement)
+    assert statement.parsed() is None and statement.plan is None
+    assert parser.parses == 1
 
 
 def test_the_sys_read_cache_takes_the_authorisers_parse_of_a_big_query():
     class Reads(SysReads):
         def _parse_json(self, text):
-            raise AssertionError("the plan was turned into JSON")
+            raise AssertionError("the statement was parsed again")
 
-    reads = Reads(handler(FakeSpark(None)), spark=lambda: None, backend=lambda: ("127.0.0.1", 1, None))
-    text = huge_select()
-    planauth.remember(text, plan("Project", ("shop", "t"), ("sys", "lake_tiering_status")))
-    assert not reads.wants_for(text, SESSION)
+    reads = Reads(spark=lambda: None, backend=lambda: ("127.0.0.1", 1, None))
+    statement = Statement(huge_select(), SESSION, parse=Parser(None))
+    statement.authorised(plan("Project", ("shop", "t"), ("sys", "lake_tiering_status")))
+    assert not reads.claim(statement)
 
 
 @pytest.mark.parametrize("statement, expected", [

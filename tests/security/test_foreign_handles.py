@@ -18,8 +18,9 @@ from tests.security.conftest import PASSWORD
 from tests.security.test_thrift_hardening import Raw, call_unstubbed, execute_args, get_query_id, set_client_info
 from tests.server.gateway.toy import ToyHandler, serving
 from tests.server.gateway.transport.test_gateway_unit import SUCCESS, FakeHiveServer, RawClient
-from tierlake.server.gateway.transport import server as gateway_server
+from tierlake.server.gateway.transport import connection as gateway_connection
 from tierlake.server.gateway.transport.server import Gateway
+from tierlake.server.gateway.transport.settings import GatewaySettings
 
 ERROR = ttypes.TStatusCode.ERROR_STATUS
 FETCH_NEXT = ttypes.TFetchOrientation.FETCH_NEXT
@@ -70,13 +71,13 @@ def foreign_calls(client, session, operation):
 def relayed(monkeypatch):
     """Every message relayed to the Spark Thrift Server, as (user, bytes)."""
     seen = []
-    relay = gateway_server._Connection._relay
+    relay = gateway_connection.Connection._relay
 
     def recording(self, msg):
         seen.append((self.user, msg.data))
         return relay(self, msg)
 
-    monkeypatch.setattr(gateway_server._Connection, "_relay", recording)
+    monkeypatch.setattr(gateway_connection.Connection, "_relay", recording)
     return seen
 
 
@@ -200,7 +201,7 @@ class RecordingHiveServer(FakeHiveServer):
 @pytest.fixture
 def recording_gateway():
     fake = RecordingHiveServer()
-    with serving(fake) as port, Gateway("127.0.0.1", 0, "127.0.0.1", port, ToyHandler(), auth="NOSASL") as gw:
+    with serving(fake) as port, Gateway(GatewaySettings(backend_port=port, auth="NOSASL"), ToyHandler()) as gw:
         yield gw, fake
 
 

@@ -19,7 +19,7 @@ def build(tmp_path, **conf):
 def test_default_is_development_mode_on_loopback(tmp_path):
     assert DEFAULTS["tierlake.gateway.host"] == "127.0.0.1"
     gw = build(tmp_path)
-    assert gw.host == "127.0.0.1" and gw.auth == "PLAIN" and gw.ssl_context is None
+    assert gw.host == "127.0.0.1" and gw.settings.auth == "PLAIN" and gw.settings.ssl_context is None
     assert not gw.authorizer.enabled
 
 

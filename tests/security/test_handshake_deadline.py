@@ -16,6 +16,7 @@ import pytest
 from tests.server.gateway.toy import ToyHandler
 from tierlake.server.gateway.transport.sasl import COMPLETE, OK, START
 from tierlake.server.gateway.transport.server import Gateway
+from tierlake.server.gateway.transport.settings import GatewaySettings
 
 
 def closed_while_trickling(port: int, data: bytes, pause: float) -> bool:
@@ -51,10 +52,10 @@ def test_a_trickling_client_is_cut_off_at_the_deadline():
     # 60 bytes, one every 0.1 s: each read waits far less than the deadline,
     # the whole handshake far more.
     trickle = mechanism + struct.pack(">BI", 2, 200) + b"\0user\0" + b"p" * 44
-    with Gateway("127.0.0.1", 0, "127.0.0.1", dead_port, ToyHandler(), handshake_timeout=1.0) as gw:
+    with Gateway(GatewaySettings(backend_port=dead_port, handshake_timeout=1.0), ToyHandler()) as gw:
         assert closed_while_trickling(gw.port, trickle, 0.1)
         assert gw.connection_count == 0 or _eventually_zero(gw)
-    with Gateway("127.0.0.1", 0, "127.0.0.1", dead_port, ToyHandler(), handshake_timeout=60.0) as gw:
+    with Gateway(GatewaySettings(backend_port=dead_port, handshake_timeout=60.0), ToyHandler()) as gw:
         # The same client is not cut off by a generous deadline: the cut above is the deadline's.
         assert not closed_while_trickling(gw.port, trickle[:20], 0.1)
 
@@ -111,8 +112,8 @@ def _dead_port() -> int:
 def test_a_client_trickling_its_tls_hello_is_cut_off_at_the_deadline(tls_files, tls_server_context):
     hello = client_hello(tls_files)
     assert len(hello) > 40 and hello[0] == 0x16  # a handshake record
-    with Gateway("127.0.0.1", 0, "127.0.0.1", _dead_port(), ToyHandler(), handshake_timeout=1.5,
-                 ssl_context=tls_server_context) as gw:
+    with Gateway(GatewaySettings(backend_port=_dead_port(), handshake_timeout=1.5, ssl_context=tls_server_context),
+                 ToyHandler()) as gw:
         result = []
 
         def trickle():
@@ -130,16 +131,16 @@ def test_a_client_trickling_its_tls_hello_is_cut_off_at_the_deadline(tls_files, 
         assert closed and elapsed < 3.5  # the deadline (1.5 s), not the 4 s the 40 bytes take
         assert _eventually_zero(gw)
         assert logs_in(gw.port, tls_files)  # and after
-    with Gateway("127.0.0.1", 0, "127.0.0.1", _dead_port(), ToyHandler(), handshake_timeout=60.0,
-                 ssl_context=tls_server_context) as gw:
+    with Gateway(GatewaySettings(backend_port=_dead_port(), handshake_timeout=60.0, ssl_context=tls_server_context),
+                 ToyHandler()) as gw:
         # The same client is not cut off by a generous deadline: the cut above is the deadline's.
         assert not closed_while_trickling(gw.port, hello[:20], 0.1)
 
 
 def test_the_deadline_covers_tls_and_sasl_together(tls_files, tls_server_context):
     """A quick TLS handshake does not restart the clock: SASL trickled after it is cut at the same deadline."""
-    with Gateway("127.0.0.1", 0, "127.0.0.1", _dead_port(), ToyHandler(), handshake_timeout=1.5,
-                 ssl_context=tls_server_context) as gw:
+    with Gateway(GatewaySettings(backend_port=_dead_port(), handshake_timeout=1.5, ssl_context=tls_server_context),
+                 ToyHandler()) as gw:
         with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as raw, \
                 client_context(tls_files).wrap_socket(raw, server_hostname="localhost") as tls:
             started = time.monotonic()

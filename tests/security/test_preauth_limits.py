@@ -23,6 +23,7 @@ from tierlake.server.config import settings
 from tierlake.server.gateway.transport.sasl import BAD, COMPLETE, ERROR, OK, START
 from tierlake.server.gateway.transport.security import Admission, address_key
 from tierlake.server.gateway.transport.server import Gateway
+from tierlake.server.gateway.transport.settings import GatewaySettings
 
 IDLE_SOCKETS = 1000
 
@@ -84,8 +85,8 @@ def test_ipv6_addresses_are_counted_per_64():
 
 
 def test_the_defaults_are_the_registered_settings():
-    gw = Gateway("127.0.0.1", 0, "127.0.0.1", 1, ToyHandler())
-    assert gw.max_connections == settings.parse_default("tierlake.gateway.max-connections") == 256
+    gw = Gateway(GatewaySettings(backend_port=1), ToyHandler())
+    assert gw.settings.max_connections == settings.parse_default("tierlake.gateway.max-connections") == 256
     assert gw._admission.max_pending == settings.parse_default(
         "tierlake.gateway.max-unauthenticated-connections") == 256
     assert gw._admission.max_pending_per_address == settings.parse_default(
@@ -133,8 +134,9 @@ def sasl_login(port: int, user: str = "rita", password: str = "pw") -> tuple[int
 
 def test_idle_connections_are_evicted_oldest_first_and_logins_still_work(fake_backend):  # noqa: F811
     _, port = fake_backend
-    with Gateway("127.0.0.1", 0, "127.0.0.1", port, ToyHandler(), max_connections=4,
-                 max_unauthenticated=8, max_unauthenticated_per_address=6) as gw:
+    with Gateway(GatewaySettings(backend_port=port,
+                                 max_connections=4, max_unauthenticated=8, max_unauthenticated_per_address=6),
+                 ToyHandler()) as gw:
         idle = open_idle(gw.port, 100)
         try:
             # The 94 oldest were closed at once to make room; the newest 6 (the address's share) wait.
@@ -152,8 +154,9 @@ def test_idle_connections_are_evicted_oldest_first_and_logins_still_work(fake_ba
 
 def test_a_full_logged_in_pool_refuses_the_login_with_a_message(fake_backend):  # noqa: F811
     _, port = fake_backend
-    with Gateway("127.0.0.1", 0, "127.0.0.1", port, ToyHandler(), max_connections=2,
-                 max_unauthenticated=4, max_unauthenticated_per_address=4) as gw:
+    with Gateway(GatewaySettings(backend_port=port,
+                                 max_connections=2, max_unauthenticated=4, max_unauthenticated_per_address=4),
+                 ToyHandler()) as gw:
         clients = [RawClient(gw, user=f"u{i}") for i in range(2)]
         idle = open_idle(gw.port, 3)  # handshakes do not count against logged-in slots
         status, message, sock = sasl_login(gw.port)
@@ -172,8 +175,8 @@ def test_a_full_logged_in_pool_refuses_the_login_with_a_message(fake_backend):  
 
 def test_a_wrong_password_holds_no_slot(fake_backend):  # noqa: F811
     _, port = fake_backend
-    with Gateway("127.0.0.1", 0, "127.0.0.1", port, ToyHandler(), max_connections=1,
-                 authenticator=lambda user, password: password == "right") as gw:
+    with Gateway(GatewaySettings(backend_port=port, max_connections=1),
+                 ToyHandler(), authenticator=lambda user, password: password == "right") as gw:
         for _ in range(5):
             status, message, sock = sasl_login(gw.port, password="wrong")
             sock.close()
@@ -190,8 +193,9 @@ def test_an_evicted_tls_handshake_is_closed_at_once(fake_backend, tls_files):  #
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(str(cert), str(key))
     _, port = fake_backend
-    with Gateway("127.0.0.1", 0, "127.0.0.1", port, ToyHandler(), ssl_context=context,
-                 max_unauthenticated=2, max_unauthenticated_per_address=2) as gw:
+    with Gateway(GatewaySettings(backend_port=port,
+                                 ssl_context=context, max_unauthenticated=2, max_unauthenticated_per_address=2),
+                 ToyHandler()) as gw:
         first = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
         first.sendall(b"\x16\x03\x01")  # the start of a ClientHello: the gateway waits for the rest
         time.sleep(0.3)  # its thread is inside the TLS handshake now

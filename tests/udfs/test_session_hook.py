@@ -11,6 +11,7 @@ from pyhive import hive
 from tests.server.gateway.toy import ToyHandler, serving
 from tests.server.gateway.transport.test_gateway_unit import FakeHiveServer
 from tierlake.server.gateway.transport.server import Gateway
+from tierlake.server.gateway.transport.settings import GatewaySettings
 
 
 class RecordingBackend(FakeHiveServer):
@@ -35,8 +36,8 @@ def backend():
 def test_hook_gets_the_backend_handle_before_the_client_can_use_the_session(backend):
     fake, port = backend
     seen: list[tuple[bytes, bytes]] = []
-    with Gateway("127.0.0.1", 0, "127.0.0.1", port, ToyHandler(),
-                 on_session_opened=lambda guid, secret: seen.append((guid, secret))) as gw:
+    with Gateway(GatewaySettings(backend_port=port),
+                 ToyHandler(), on_session_opened=lambda guid, secret: seen.append((guid, secret))) as gw:
         conn = hive.connect("127.0.0.1", gw.port, username="alice")
         assert seen == fake.handles and len(seen) == 1
         conn.close()
@@ -48,7 +49,7 @@ def test_a_failing_hook_is_logged_and_the_session_works(backend, caplog):
     def boom(guid, secret):
         raise RuntimeError("no UDFs today")
 
-    with (Gateway("127.0.0.1", 0, "127.0.0.1", port, ToyHandler(), on_session_opened=boom) as gw,
+    with (Gateway(GatewaySettings(backend_port=port), ToyHandler(), on_session_opened=boom) as gw,
           caplog.at_level(logging.WARNING, logger="tierlake.gateway")):
         conn = hive.connect("127.0.0.1", gw.port, username="alice")
         cursor = conn.cursor()

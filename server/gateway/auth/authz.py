@@ -211,16 +211,18 @@ class Authorizer:
                 f"statement too complex: parentheses nested more than {parsecost.MAX_NESTING} deep; "
                 "Spark's parser cannot take it (split the statement, or use WITH for nested subqueries)")
 
-    def requirement(self, statement: str, session: Any = None) -> Requirement:
+    def requirement(self, statement: str, session: Any = None, parsed: Any = None) -> Requirement:
         """The role ``statement`` needs in ``session`` (a SessionInfo, or
-        None for the driver's session)."""
+        None for the driver's session). ``parsed(plan)`` receives Spark's parse (the gateway keeps it
+        on the statement: nothing after this parses the statement again)."""
         if is_sys_call(statement):
             return call_requirement(statement, self.registry)
         if self.sessions is None:
             return Requirement(planauth.NOBODY, "any statement before Spark started")
         jsession = self.sessions.session(getattr(session, "session_guid", None), getattr(session, "secret", None))
         plan = planauth.parse_plan(jsession, statement)
-        planauth.remember(statement, plan)
+        if parsed is not None:
+            parsed(plan)
         database = self.sessions.current_database(jsession)
         if session is not None:
             session.database = database
@@ -230,6 +232,18 @@ class Authorizer:
                       if n.name == "UnresolvedGenerator" and n.strings}
         return planauth.requirement(plan, database, self.sessions.functions(jsession, functions),
                                     self.sessions.data_source(jsession))
+
+    def parser(self, session: Any):
+        """Spark's parse in ``session``'s own SparkSession, for a statement nothing authorised
+        (development mode): the parse the authoriser would have made. None before Spark started."""
+        sessions = self.sessions
+        if sessions is None:
+            return None
+
+        def parse(text: str) -> Any:
+            jsession = sessions.session(getattr(session, "session_guid", None), getattr(session, "secret", None))
+            return planauth.parse_plan(jsession, text)
+        return parse
 
     def check_role(self, user: str | None, role: str, what: str) -> None:
         """Raise :class:`PermissionDeniedError` unless ``user`` holds ``role``
@@ -243,10 +257,14 @@ class Authorizer:
             f"user {user!r} has {', '.join(sorted(held)) or 'no role'}"
         )
 
-    def check(self, user: str | None, statement: str, session: Any = None) -> None:
+    def check(self, user: str | None, statement: Any, session: Any = None) -> None:
         """Raise :class:`PermissionDeniedError` (or a parse / size error)
-        unless ``user`` may run ``statement``."""
-        self.check_size(statement)
+        unless ``user`` may run ``statement``: a gateway :class:`Statement`, whose ``plan`` this sets
+        to Spark's parse, or a text with its ``session`` (tests, the Admin API)."""
+        text = statement if isinstance(statement, str) else statement.text
+        if not isinstance(statement, str):
+            session = statement.session
+        self.check_size(text)
         if self.passwords is None:
             return
         if self.sessions is not None and session is not None:
@@ -256,7 +274,8 @@ class Authorizer:
                                     spark_role, user)
             if hasattr(session, "role"):
                 session.role = spark_role  # the gateway's own Spark sessions for it run as this role too
-        need = self.requirement(statement, session)
+        keep = None if isinstance(statement, str) else statement.authorised
+        need = self.requirement(text, session, keep)
         if need.role is planauth.NOBODY:
             log.warning("denied %s to user %r", need.what, user)
             raise PermissionDeniedError(f"permission denied: {need.what} is not allowed")

@@ -20,18 +20,17 @@ API (also used by other gateway modules):
   :class:`SqlSyntaxError` with Spark's parse error);
 - :func:`requirement(plan, current_db)` → :class:`Requirement` (the least
   role that may run it; role ``None`` = nobody);
-- :func:`authorise(plan, roles, current_db)` → :class:`Decision`;
-- :func:`remember(text, plan)` / :func:`recall(text)`: the authoriser's parse
-  of the statement a connection thread is deciding on, for the handler that
-  decides next what the gateway answers itself (no second parser, no second
-  parse).
+- :func:`authorise(plan, roles, current_db)` → :class:`Decision`.
+
+The parse made here is kept on the gateway's statement object
+(``transport.protocol.Statement``): the handlers that decide next what the
+gateway answers itself read it (no second parser, no second parse).
 """
 
 from __future__ import annotations
 
 import json
 import re
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -323,26 +322,6 @@ def parse_plan(jsession: Any, text: str, max_nodes: int = MAX_PLAN_NODES) -> Pla
         raise PermissionDeniedError(f"permission denied: the statement's plan cannot be checked ({exc})") from None
     plan.java = jplan
     return plan
-
-
-_recent = threading.local()
-
-
-def remember(text: str, plan: Plan) -> None:
-    """Keep ``plan`` (Spark's parse of ``text``) for :func:`recall` on this
-    thread. Only the text's length and hash are kept, not the text: an idle
-    connection thread must not hold on to a 1 MiB statement."""
-    _recent.key = (len(text), hash(text))
-    _recent.plan = plan
-
-
-def recall(text: str) -> Plan | None:
-    """The plan :func:`remember` kept on this thread if it was for ``text``
-    (a statement from another thread, or not authorised on Spark's parse in
-    development mode, gives None)."""
-    if getattr(_recent, "key", None) != (len(text), hash(text)):
-        return None
-    return _recent.plan
 
 
 def function_names(jsession: Any) -> frozenset[str]:

@@ -4,9 +4,10 @@ hands such a statement to the engine (server/tiering/ddl.py, ``change``), which
 runs it, then drops the view or re-creates it under the new name, and removes
 the table's registration or moves it to the new name.
 
-What the statement is comes from Spark's own parse, in the session that runs
-it (a second parser could read ``/* /*+ */ SELECT 1 -- */ DROP TABLE d.t``
-as a DROP while Spark runs a SELECT: docs/security.md). Only statements
+What the statement is comes from Spark's own parse, the one the gateway made
+for it in the client's session, and that plan is what runs (a second parser
+could read ``/* /*+ */ SELECT 1 -- */ DROP TABLE d.t`` as a DROP while Spark
+runs a SELECT: docs/security.md). Only statements
 naming the table as ``db.table`` are taken: an unqualified name may be a
 session's temporary view, which only the relayed session knows. Any other
 DROP or RENAME goes to Spark unchanged.
@@ -32,7 +33,7 @@ def _path(parts: list[str]) -> TablePath | None:
 
 
 def may_change_table(statement: str) -> bool:
-    """A cheap superset of the statements :func:`spark_table_change` takes
+    """A cheap superset of the statements :func:`table_change_of` takes
     (only these are parsed)."""
     lowered = statement.lower()
     return ("drop" in lowered and "table" in lowered) or "rename" in lowered
@@ -56,24 +57,9 @@ def _parts(seq: Any) -> list[str]:
     return [str(seq.apply(i)) for i in range(seq.length())]
 
 
-def spark_parse(jsession: Any, statement: str) -> Any:
-    """``jsession``'s parse of ``statement`` as that session runs it (PlanWalker.parse: ``${…}`` stays literal)."""
-    from pyspark import SparkContext
-
-    return SparkContext._jvm.io.tierlake.internal.PlanWalker.parse(jsession, statement)
-
-
-def _parsed(jsession: Any, statement: str) -> Any:
-    try:
-        return spark_parse(jsession, statement)
-    except Exception:  # noqa: BLE001 - Spark answers with its own parse error when the statement is relayed
-        return None
-
-
-def spark_table_change(jsession: Any, statement: str) -> TableChange | None:
-    """What ``statement`` drops or renames, on ``jsession``'s (a Java
-    SparkSession's) parse; None for anything else, or when it does not parse."""
-    plan = _parsed(jsession, statement) if may_change_table(statement) else None
+def table_change_of(plan: Any) -> TableChange | None:
+    """What the statement whose parse is ``plan`` (Spark's Java plan) drops or renames; None for anything
+    else."""
     if plan is None:
         return None
     root = str(plan.getClass().getSimpleName())
@@ -92,15 +78,14 @@ def spark_table_change(jsession: Any, statement: str) -> TableChange | None:
 
 
 def may_change_columns(statement: str) -> bool:
-    """A cheap superset of the statements :func:`spark_column_change` takes."""
+    """A cheap superset of the statements :func:`column_change_of` takes."""
     lowered = statement.lower()
     return "alter" in lowered and "column" in lowered
 
 
-def spark_column_change(jsession: Any, statement: str) -> ColumnChange | None:
-    """The table whose columns ``statement`` changes, on ``jsession``'s parse; None for anything else,
-    an unqualified name, or a statement that does not parse."""
-    plan = _parsed(jsession, statement) if may_change_columns(statement) else None
+def column_change_of(plan: Any) -> ColumnChange | None:
+    """The table whose columns the statement whose parse is ``plan`` changes; None for anything else or
+    an unqualified name."""
     if plan is None or str(plan.getClass().getSimpleName()) not in COLUMN_ROOTS:
         return None
     child = plan.table()
@@ -108,12 +93,3 @@ def spark_column_change(jsession: Any, statement: str) -> ColumnChange | None:
         return None
     path = _path(_parts(child.multipartIdentifier()))
     return None if path is None else ColumnChange(path)
-
-
-def spark_root(jsession: Any, statement: str) -> str | None:
-    """The class of the root of Spark's parse of ``statement`` (``CreateTable``,
-    ``SetTableProperties``, …); None when it does not parse."""
-    try:
-        return str(spark_parse(jsession, statement).getClass().getSimpleName())
-    except Exception:  # noqa: BLE001 - relayed: Spark answers with its own parse error
-        return None

@@ -1,5 +1,6 @@
-"""The gateway's statement handler: ``CALL sys.*`` runs Python procedures; tiered DDL, recognised
-here on Spark's parse, runs in the engine (server/tiering/ddl.py, one entry point: ``run``)."""
+"""Two of the gateway's routes (router.py): ``CALL sys.*`` runs Python procedures (:class:`CallHandler`);
+tiered DDL, recognised on Spark's parse, runs in the engine (:class:`DdlHandler`; server/tiering/ddl.py,
+one entry point: ``run``)."""
 
 from __future__ import annotations
 
@@ -14,22 +15,20 @@ from tierlake.server.exceptions import (
     StatementTooLargeError,
     TierlakeError,
 )
-from tierlake.server.gateway.auth import planauth
 from tierlake.server.gateway.auth.callparse import call_head, is_sys_call, parse_call
 from tierlake.server.gateway.routing.ddl import may_be_tiering_ddl, parse_tiered_create, parse_tiering_alter
 from tierlake.server.gateway.routing.fresh_ddl import (
     COLUMN_ROOTS,
+    column_change_of,
     may_change_columns,
     may_change_table,
-    spark_column_change,
-    spark_root,
-    spark_table_change,
+    table_change_of,
 )
-from tierlake.server.gateway.transport.protocol import LocalResult, SessionInfo
+from tierlake.server.gateway.transport.protocol import LocalResult, Statement
 from tierlake.server.runtime import jvm_errors
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.sqlapi.registry import Registry
-from tierlake.server.sqlapi.roles import TIERING
+from tierlake.server.sqlapi.roles import ADMIN, TIERING
 from tierlake.server.tiering import ddl as tiered_ddl
 
 log = logging.getLogger("tierlake.calls")
@@ -62,23 +61,105 @@ def spark_error(e: Exception) -> TierlakeError:
     return SparkSqlError(f"{type(e).__name__}: {e}", "XX000")
 
 
-# Spark's plan classes for the statements runs_ddl takes.
+# Spark's plan classes of the statements DdlHandler takes.
 CREATE_ROOTS = frozenset({"CreateTable", "CreateTableAsSelect", "ReplaceTable", "ReplaceTableAsSelect"})
 ALTER_ROOTS = frozenset({"SetTableProperties"})
 TABLE_CHANGE_ROOTS = frozenset({"DropTable", "RenameTable"})
 DDL_ROOTS = CREATE_ROOTS | ALTER_ROOTS | TABLE_CHANGE_ROOTS | COLUMN_ROOTS
 
 
+class _BadCreate:
+    """A tiered CREATE whose reading failed: routed to the DDL handler, which answers with the error."""
+
+    def __init__(self, error: TierlakeError):
+        self.error = error
+
+
 def parse_tiered_create_safe(statement: str):
-    # wants() must not raise: a bad tiered CREATE is answered by execute().
+    # Routing must not raise: a bad tiered CREATE is answered by execute().
     try:
         return parse_tiered_create(statement)
-    except TierlakeError:
+    except TierlakeError as e:
+        return _BadCreate(e)
+
+
+class DdlHandler:
+    """Route ``ddl``: a tiered CREATE, a tiering ALTER, a DROP/RENAME or a column change of a table with
+    a fresh view: DDL the gateway runs itself, in the engine. It acts on the gateway's reading of the
+    statement (its columns and properties), so it needs ``admin`` whatever Spark's parse in the client's
+    session allowed (:attr:`role`; the transport checks it).
+
+    Decided on Spark's parse, never on a second parser's: the statement's
+    plan (the authoriser's, or the one parse made for it) must have one of
+    the DDL roots. Only then does sqlglot read a tiered CREATE's columns and
+    properties or an ALTER's properties; a query, however large and whatever
+    words it holds, is never read by sqlglot. A DROP, RENAME or column change
+    runs the very plan that was decided on (``tiered_ddl.run`` with the plan),
+    never a parse of its own."""
+
+    name = "ddl"
+    role = ADMIN
+    what = "this DDL of a tiered table"
+
+    def __init__(self, context_factory: Callable[[str | None], Context]):
+        self.context_factory = context_factory
+
+    def claim(self, statement: Statement) -> bool:
+        command = self.command(statement)
+        if command is None:
+            return False
+        statement.prepared = command
         return True
+
+    def command(self, statement: Statement):
+        """What the gateway runs itself for ``statement`` (a :mod:`server.tiering.ddl` command), or None."""
+        text = statement.text
+        if is_sys_call(text):
+            return None
+        # Substring tests spare every other statement a parse where nothing parsed it yet (development mode).
+        plan = statement.parsed(may_be_tiering_ddl(text) or may_change_table(text) or may_change_columns(text))
+        if plan is None or plan.root is None or plan.root.name not in DDL_ROOTS:
+            return None
+        root = plan.root.name
+        if root in CREATE_ROOTS:
+            return parse_tiered_create_safe(text)
+        if root in ALTER_ROOTS:
+            alter = parse_tiering_alter(text)
+            return None if alter is None else tiered_ddl.TieringAlter(*alter)
+        spark = self.context_factory(None).spark
+        if root in TABLE_CHANGE_ROOTS:
+            change = table_change_of(plan.java)
+        else:
+            change = column_change_of(plan.java)
+        if change is None:
+            return None
+        properties = tiered_ddl.fresh_view_properties(spark, change.table)
+        if properties is None:
+            return None
+        return change.with_plan(plan.java, properties)
+
+    def execute(self, statement: Statement) -> LocalResult:
+        command = statement.prepared
+        user = statement.session.user
+        try:
+            if isinstance(command, _BadCreate):
+                raise command.error
+            result = tiered_ddl.run(self.context_factory(user), command, statement.text, user)
+        except TierlakeError:
+            raise
+        except Exception as e:
+            raise spark_error(e) from e
+        return LocalResult(columns=result.columns, rows=result.rows)
+
+    def session_closed(self, guid: bytes) -> None:
+        pass
 
 
 class CallHandler:
-    """Answers ``CALL sys.<name>(...)``; every other statement goes to Spark."""
+    """Route ``call``: ``CALL sys.<name>(...)``, run by its Python procedure (Spark never sees it)."""
+
+    name = "call"
+    role = None  # the procedure's own role, which the authoriser checked
 
     def __init__(self, registry: Registry, context_factory: Callable[[str | None], Context],
                  max_call_size: int = DEFAULT_MAX_CALL_SIZE):
@@ -86,96 +167,14 @@ class CallHandler:
         self.context_factory = context_factory
         self.max_call_size = max_call_size
 
-    def wants(self, statement: str) -> bool:
-        return is_sys_call(statement) or self.runs_ddl(statement)
+    def claim(self, statement: Statement) -> bool:
+        return is_sys_call(statement.text)
 
-    def runs_ddl(self, statement: str) -> bool:
-        """A tiered CREATE, a tiering ALTER, a DROP/RENAME or a column change of a
-        table with a fresh view: DDL the gateway runs itself (admin only, whatever the
-        statement's parse, see transport/server.py)."""
-        return self._ddl(statement) is not None
+    def execute(self, statement: Statement) -> LocalResult:
+        return self.call(statement.text, user=statement.session.user)
 
-    def _ddl(self, statement: str):
-        """What the gateway runs itself for ``statement``: ``"create"``,
-        ``"alter"``, a :class:`TableChange`, or None (relayed to Spark).
-
-        Decided on Spark's parse, never on a second parser's: the
-        authoriser's parse in the client's session (planauth.recall) must
-        have one of the DDL roots, and so must the parse in the session that
-        runs the DDL. Only then does sqlglot read a tiered CREATE's columns
-        and properties or an ALTER's properties; a query, however large and
-        whatever words it holds, is neither parsed again nor read by sqlglot.
-        A text two parsers read differently (comment tricks) is relayed to
-        Spark, which runs what was authorised."""
-        if is_sys_call(statement):
-            return None
-        authorised = planauth.recall(statement)
-        if authorised is not None:
-            if authorised.root.name not in DDL_ROOTS:
-                return None
-        elif not (may_be_tiering_ddl(statement) or may_change_table(statement) or may_change_columns(statement)):
-            # No parse yet (development mode, or another thread): substring tests spare the rest a parse.
-            return None
-        root = self._spark_root(statement)
-        if root in CREATE_ROOTS:
-            return "create" if parse_tiered_create_safe(statement) is not None else None
-        if root in ALTER_ROOTS:
-            return "alter" if parse_tiering_alter(statement) is not None else None
-        if root in TABLE_CHANGE_ROOTS:
-            return self._fresh_view_change(statement)
-        if root in COLUMN_ROOTS:
-            return self._column_change(statement)
-        return None
-
-    def _jsession(self):
-        return self.context_factory(None).spark._jsparkSession
-
-    def _spark_root(self, statement: str) -> str | None:
-        return spark_root(self._jsession(), statement)
-
-    def _fresh_view_change(self, statement: str):
-        """DROP/RENAME of a tiered table or one with a fresh view (server/gateway/routing/fresh_ddl.py)."""
-        change = spark_table_change(self._jsession(), statement)
-        if change is None or not tiered_ddl.has_fresh_view(self.context_factory(None).spark, change.table):
-            return None
-        return change
-
-    def _column_change(self, statement: str):
-        """A column change of a tiered table or one with a fresh view: its view is re-pinned with it."""
-        change = spark_column_change(self._jsession(), statement)
-        if change is None or not tiered_ddl.has_fresh_view(self.context_factory(None).spark, change.table):
-            return None
-        return change
-
-    def execute(self, statement: str, session: SessionInfo) -> LocalResult:
-        if is_sys_call(statement):
-            return self.call(statement, user=session.user)
-        try:
-            ddl = self._ddl(statement)
-            if ddl == "create":
-                return self.create_tiered(statement, user=session.user)
-            if ddl == "alter":
-                return self.alter_tiering(statement, user=session.user)
-            if ddl is None:
-                raise SqlSyntaxError("not a statement the gateway runs itself")
-            return self._run(ddl, statement, session.user)
-        except TierlakeError:
-            raise
-        except Exception as e:
-            raise spark_error(e) from e
-
-    def _run(self, command: tiered_ddl.Command, statement: str, user: str | None) -> LocalResult:
-        result = tiered_ddl.run(self.context_factory(user), command, statement, user)
-        return LocalResult(columns=result.columns, rows=result.rows)
-
-    def alter_tiering(self, statement: str, user: str | None = None) -> LocalResult:
-        """``ALTER TABLE … SET TBLPROPERTIES ('table.datalake.…' = …)`` (server/tiering/ddl.py, ``alter``)."""
-        path, properties = parse_tiering_alter(statement)
-        return self._run(tiered_ddl.TieringAlter(path, properties), statement, user)
-
-    def create_tiered(self, statement: str, user: str | None = None) -> LocalResult:
-        """``CREATE TABLE … TBLPROPERTIES('table.datalake.enabled'='true')`` (server/tiering/ddl.py, ``create``)."""
-        return self._run(parse_tiered_create(statement), statement, user)
+    def session_closed(self, guid: bytes) -> None:
+        pass
 
     def _callable(self, statement: str):
         """The procedure a CALL names, checked with its arity and the text's

@@ -7,9 +7,9 @@ tiers); 32 clients saturated it. Here the gateway answers repeated
 statements that read only ``sys`` state from the result Spark gave for the
 same text, as long as that state has not changed since:
 
-- **Which statements.** Decided on Spark's own parse of the text
-  (``sqlParser().parsePlan(text)``, its unresolved plan read as JSON through
-  one py4j call), never on a second parser: a query (only query plan nodes:
+- **Which statements.** Decided on Spark's own parse of the text (the
+  statement's one parse, its unresolved plan read as JSON through one py4j
+  call), never on a second parser: a query (only query plan nodes:
   Project, Filter, Aggregate, Join, Sort, Limit, CTEs, set operations,
   subqueries) whose every relation is ``sys.<name>`` (or a CTE), whose
   functions are Spark built-ins that do not depend on the time, the session
@@ -64,9 +64,8 @@ from typing import Any
 
 from tierlake import sql
 from tierlake.server.exceptions import PermissionDeniedError, SparkSqlError
-from tierlake.server.gateway.auth import planauth
 from tierlake.server.gateway.transport.backend_client import BackendClient
-from tierlake.server.gateway.transport.protocol import LocalResult, SessionInfo
+from tierlake.server.gateway.transport.protocol import LocalResult, SessionInfo, Statement
 from tierlake.server.runtime import operations
 from tierlake.server.state import state_version
 
@@ -257,15 +256,15 @@ class _Entry:
 
 
 class SysReads:
-    """A statement handler in front of ``inner`` (the CALL handler) that
-    answers cacheable ``sys`` reads; see the module docstring."""
+    """Route ``sys-read``: cacheable ``sys`` reads; see the module docstring."""
 
     POOL = 8  # idle gateway-owned Spark sessions kept, over all users
+    name = "sys-read"
+    role = None
 
-    def __init__(self, inner: Any, spark: Callable[[], Any], backend: Callable[[], tuple[str, int, str | None]],
+    def __init__(self, spark: Callable[[], Any], backend: Callable[[], tuple[str, int, str | None]],
                  max_age_s: float = 10.0, enabled: bool = True, max_entries: int = 256,
                  max_rows: int = 100_000, sessions: Callable[[], Any] | None = None):
-        self.inner = inner
         self._spark = spark
         self._backend = backend
         self._sessions = sessions  # the authoriser's SparkSessions: binds a backend session to a role
@@ -285,25 +284,18 @@ class SysReads:
         self.misses = 0
         self._uncached_until = 0.0
 
-    # -- the handler interface ------------------------------------------------
-    def wants(self, statement: str) -> bool:
-        return self.inner.wants(statement)
-
-    def runs_ddl(self, statement: str) -> bool:
-        return self.inner.runs_ddl(statement)
-
-    def wants_for(self, statement: str, session: SessionInfo) -> bool:
-        """The gateway's hook (after authorisation): True for CALLs and
-        tiered DDL (the inner handler's) and for cacheable sys reads."""
-        if self.inner.wants(statement):
-            return True  # CALLs and tiered DDL: their sys commits bump the version themselves
-        lowered = statement.lower()
+    # -- the route ------------------------------------------------------------
+    def claim(self, statement: Statement) -> bool:
+        """A cacheable sys read (asked after the CALL and DDL routes: their sys commits bump the version
+        themselves). Also notes sessions that changed a setting, and statements that may change sys."""
+        session = statement.session
+        lowered = statement.text.lower()
         if "sys" in lowered:
             state_version.settle()  # the round history is written behind the state: read your writes
         if not self.enabled or "sys" not in lowered:
             # Cannot read or name sys: only a SET/RESET matters (Spark's parse decides; "set" is a cheap superset).
-            if self.enabled and "set" in lowered:
-                self.verdict_settings(statement, session)
+            if self.enabled and "set" in lowered and self.verdict(statement).kind == "settings":
+                self.settings_sessions.add(session.session_guid)
             return False
         verdict = self.verdict(statement)
         if verdict.kind == "settings":
@@ -318,32 +310,26 @@ class SysReads:
         return (verdict.kind == "sys-read" and not changes_results(session.settings)
                 and session.session_guid not in self.settings_sessions)
 
-    def verdict_settings(self, statement: str, session: SessionInfo) -> None:
-        if self.verdict(statement).kind == "settings":
-            self.settings_sessions.add(session.session_guid)
-
-    def execute(self, statement: str, session: SessionInfo) -> LocalResult:
-        if self.inner.wants(statement):
-            return self.inner.execute(statement, session)
-        return self.read(statement, session)
+    def execute(self, statement: Statement) -> LocalResult:
+        return self.read(statement.text, statement.session)
 
     def session_closed(self, guid: bytes) -> None:
         self.settings_sessions.discard(guid)
 
     # -- classification -------------------------------------------------------
-    def verdict(self, statement: str) -> Verdict:
-        authorised = planauth.recall(statement)
-        quick = quick_verdict(authorised) if authorised is not None else None
+    def verdict(self, statement: Statement) -> Verdict:
+        text = statement.text
+        quick = quick_verdict(statement.plan) if statement.plan is not None else None
         if quick is not None:
             return quick
         with self._lock:
-            cached = self._verdicts.get(statement)
+            cached = self._verdicts.get(text)
             if cached is not None:
-                self._verdicts.move_to_end(statement)
+                self._verdicts.move_to_end(text)
                 return cached
         verdict = self._classify(statement)
         with self._lock:
-            self._verdicts[statement] = verdict
+            self._verdicts[text] = verdict
             while len(self._verdicts) > 4 * self.max_entries:
                 self._verdicts.popitem(last=False)
         return verdict
@@ -358,12 +344,23 @@ class SysReads:
             log.debug("not a sys read (%s): %r", type(e).__name__, text[:200])
             return None
 
-    def _classify(self, statement: str) -> Verdict:
-        plan = self._parse_json(statement)
+    def _classify(self, statement: Statement) -> Verdict:
+        plan = self._plan_json(statement)
         if plan is None:
             return Verdict("other")
         self._load_catalog()
         return classify(plan, self._builtins, self._cacheable)
+
+    def _plan_json(self, statement: Statement) -> str | None:
+        """The statement's one parse as JSON; None when it does not parse (relayed: Spark answers it)."""
+        plan = statement.parsed()
+        if plan is None or plan.java is None:
+            return None
+        try:
+            return str(plan.java.toJSON())
+        except Exception as e:  # noqa: BLE001 - relayed: Spark answers it
+            log.debug("not a sys read (%s): %r", type(e).__name__, statement.text[:200])
+            return None
 
     def _cacheable(self, name: str) -> bool:
         return self._views.get(name, True)  # not a view of ours: a sys table, changed through SmallTable

@@ -77,20 +77,79 @@ class SessionInfo:
     role: str | None = None  # the role Spark checks the session as (AuthzCheck), once bound; None: not bound
 
 
-@runtime_checkable
-class StatementHandler(Protocol):
-    """Decides which statements the gateway answers itself.
+class Statement:
+    """One client statement as the gateway decides on it, built once and passed on: the text, the
+    session, Spark's parse of it, the route that answers it and what that route prepared.
 
-    Both methods are called from connection threads, concurrently.
-    ``execute`` reports user-facing failures by raising
-    :class:`server.exceptions.TierlakeError` subclasses (their sqlstate and
-    error_code reach the client); any other exception becomes an internal
-    error with SQLSTATE XX000.
+    ``plan``: Spark's parse in the client's own session (``planauth.Plan``: the flattened plan, and
+    the Java plan as ``plan.java``). The authoriser makes it; in development mode nothing checks the
+    statement, so the first handler that needs the parse makes it through ``parse`` (the same parse
+    in the same session) and every later reader gets that one: a statement is parsed at most once.
+
+    ``route``: the name of the handler that answers it (None: relayed to Spark's Thrift server);
+    ``prepared``: what that handler decided while routing (a staged INSERT, a DDL command, a setting),
+    so execution never decides again; ``role``: a role the route needs beyond what the authoriser
+    decided on the plan (tiered DDL acts on the gateway's reading of the text: admin);
+    ``request_id``/``request_key``: the session's request id, which this statement used up.
     """
 
-    def wants(self, statement: str) -> bool: ...
+    __slots__ = ("text", "session", "plan", "route", "prepared", "role", "request_id", "request_key",
+                 "_parse", "_parsed")
 
-    def execute(self, statement: str, session: SessionInfo) -> LocalResult: ...
+    def __init__(self, text: str, session: SessionInfo, parse: Any = None, plan: Any = None):
+        self.text = text
+        self.session = session
+        self.plan = plan
+        self.route: str | None = None
+        self.prepared: Any = None
+        self.role: str | None = None
+        self.request_id: str | None = None
+        self.request_key: str | None = None
+        self._parse = parse
+        self._parsed = plan is not None
+
+    def authorised(self, plan: Any) -> None:
+        """The authoriser's parse: the one every handler reads."""
+        self.plan, self._parsed = plan, True
+
+    def parsed(self, worth_it: bool = True) -> Any:
+        """Spark's parse of the statement: the authoriser's, else made now (once) when ``worth_it``
+        (a handler's cheap test of the text that the parse could matter). None when the statement
+        does not parse (Spark answers it with its own error when it is relayed) or nothing can parse."""
+        if self._parsed or not worth_it or self._parse is None:
+            return self.plan
+        self._parsed = True
+        try:
+            self.plan = self._parse(self.text)
+        except Exception:  # noqa: BLE001 - relayed: Spark answers with its own parse error
+            self.plan = None
+        return self.plan
+
+    def __repr__(self) -> str:
+        return f"Statement({self.text[:60]!r}, route={self.route})"
+
+
+@runtime_checkable
+class StatementHandler(Protocol):
+    """What the gateway asks about each statement it does not refuse (server/gateway/routing/router.py
+    is the server's). Called from connection threads, concurrently.
+
+    ``route`` decides, once, whether the gateway answers ``statement`` itself: it sets
+    ``statement.route`` (and what the route prepared) and returns True, or returns False to relay it.
+    ``execute`` answers a routed statement, reporting user-facing failures by raising
+    :class:`server.exceptions.TierlakeError` subclasses (their sqlstate and error_code reach the
+    client); any other exception becomes an internal error with SQLSTATE XX000. ``refused``: the
+    gateway refused the statement before routing it (its role, size or parse). ``session_closed``:
+    the client closed the session.
+    """
+
+    def route(self, statement: Statement) -> bool: ...
+
+    def execute(self, statement: Statement) -> LocalResult: ...
+
+    def refused(self, statement: Statement) -> None: ...
+
+    def session_closed(self, guid: bytes) -> None: ...
 
 
 # -- transports -------------------------------------------------------------

@@ -10,7 +10,7 @@ import threading
 import time
 
 from tierlake.server.exceptions import OperationCancelledError, SqlSyntaxError, UnknownProcedureError
-from tierlake.server.gateway.transport.protocol import LocalResult, SessionInfo
+from tierlake.server.gateway.transport.protocol import LocalResult, SessionInfo, Statement
 from tierlake.server.runtime import operations
 
 ROWS_COLUMNS = [("name", "string"), ("n", "bigint"), ("ts", "timestamp"), ("nothing", "string")]
@@ -41,12 +41,22 @@ class ToyHandler:
         self.cancelled: list[str] = []
         self._lock = threading.Lock()
 
-    def wants(self, statement: str) -> bool:
-        if "WANTS_EXPLODES" in statement:
+    def route(self, statement: Statement) -> bool:
+        if "WANTS_EXPLODES" in statement.text:
             raise RuntimeError("wants exploded")
-        return statement.lstrip().upper().startswith("CALL TOY.")
+        if statement.text.lstrip().upper().startswith("CALL TOY."):
+            statement.route = "toy"
+            return True
+        return False
 
-    def execute(self, statement: str, session: SessionInfo) -> LocalResult:
+    def refused(self, statement: Statement) -> None:
+        pass
+
+    def session_closed(self, guid: bytes) -> None:
+        pass
+
+    def execute(self, statement: Statement) -> LocalResult:
+        session, statement = statement.session, statement.text
         with self._lock:
             self.sessions.append(session)
         match = _CALL.match(statement)

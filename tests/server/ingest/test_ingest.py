@@ -149,7 +149,7 @@ def test_a_retried_request_id_writes_nothing(server, spark, db):
     summaries = spark.sql(f"SELECT summary['tierlake.write.request-id'] AS rid FROM {table}.snapshots "
                           "WHERE summary['tierlake.write.request-id'] IS NOT NULL").collect()
     # The snapshot carries a keyed hash of (user, id), not the id (server/ingest/request_ids.py).
-    assert [r.rid for r in summaries] == [server.gateway.handler._keys.key("tester", "order-batch-42")]
+    assert [r.rid for r in summaries] == [server.gateway.handler.settings._keys.key("tester", "order-batch-42")]
 
 
 def test_a_reader_may_not_tag_writes(server, spark, hive_cursor, db):

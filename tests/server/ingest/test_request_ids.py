@@ -233,7 +233,7 @@ def test_two_identical_asynchronous_statements_of_one_session_both_go_through_th
     """The suspicion of issue 50, through the gateway: the same INSERT twice at once in one
     session (two cursors of one connection, asynchronous): both committed by the table's committer."""
     table = log_table(hive_cursor, db)
-    writer: StreamWriter = server.gateway.handler.writer
+    writer: StreamWriter = server.gateway.handler.by_name["ingest"].writer
     before = writer.counters()["statements"]
     with connect(server) as conn:
         cursors = [conn.cursor(), conn.cursor()]

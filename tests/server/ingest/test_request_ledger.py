@@ -38,7 +38,7 @@ def test_request_ids_outlive_the_stream_snapshots_maintenance_expires(server, wo
         # plain inserts after it push it out of the newest three, so it is
         # expired before the gateway's committer ever indexed it.
         # (It tags its write with the key the gateway records tester's id "external-1" under.)
-        keys = server.gateway.handler._keys
+        keys = server.gateway.handler.settings._keys
         (spark.createDataFrame([(100,)], "id BIGINT").writeTo(table)
          .option("snapshot-property.tierlake.write.request-id", keys.key("tester", "external-1")).append())
         for n in range(4):

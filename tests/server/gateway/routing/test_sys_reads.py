@@ -149,7 +149,7 @@ def finish(server, db: str, table: str, error: str | None = None) -> None:
 
 
 def test_sys_reads_are_answered_like_spark(server, hive_cursor, direct):
-    handler = server.gateway.handler.inner  # SysReads, behind the INSERT handler
+    handler = server.gateway.handler.by_name["sys-read"]  # the sys read route
     db = "sr_" + uuid.uuid4().hex[:6]
     run(hive_cursor, f"CREATE DATABASE {db}")
     corpus = [q.replace("{db}", db) for q in CORPUS]
@@ -190,7 +190,7 @@ def test_a_state_change_shows_in_the_very_next_status_query(server, hive_cursor)
 
 
 def test_a_session_with_settings_reads_through_spark(server, hive_cursor):
-    handler = server.gateway.handler.inner  # SysReads, behind the INSERT handler
+    handler = server.gateway.handler.by_name["sys-read"]  # the sys read route
     query = "SELECT count(*) AS n FROM sys.lake_tiering_status"
     run(hive_cursor, query)
     hive_cursor.execute("SET spark.sql.session.timeZone=America/New_York")
@@ -203,7 +203,7 @@ def test_a_session_with_settings_reads_through_spark(server, hive_cursor):
 def test_beeline_gets_a_cached_status_read(server, beeline):
     query = "SELECT status AS status, count(*) AS count FROM sys.lake_tiering_status GROUP BY status " \
             "ORDER BY count DESC LIMIT 10000"
-    handler = server.gateway.handler.inner  # SysReads, behind the INSERT handler
+    handler = server.gateway.handler.by_name["sys-read"]  # the sys read route
     assert handler.verdict(query).kind == "sys-read"
     hits = handler.hits
     result = beeline.run(f"{query};\n{query};\n{query};\nSELECT count(*) AS n FROM sys.procedures;\n")

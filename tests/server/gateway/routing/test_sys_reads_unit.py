@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from tierlake.server.gateway.routing.handler import CallHandler
+from tierlake.server.gateway.routing.router import Router
 from tierlake.server.gateway.routing.sys_reads import CachedResult, SysReads, classify
-from tierlake.server.gateway.transport.protocol import LocalResult, SessionInfo
+from tierlake.server.gateway.transport.protocol import LocalResult, SessionInfo, Statement
 from tierlake.server.state import state_version
 
 PLANS = json.loads((Path(__file__).parents[3] / "fixtures" / "sys_reads" / "plans.json").read_text())
@@ -60,21 +62,16 @@ def test_settings_and_writes():
     assert user_write.kind == "other" and not user_write.names_sys
 
 
-class _Inner:
-    def wants(self, statement):
-        return statement.startswith("CALL")
-
-
 class _Reads(SysReads):
     """The cache with Spark replaced: each run answers a new result."""
 
     def __init__(self, **kw):
-        super().__init__(_Inner(), spark=lambda: None, backend=lambda: ("127.0.0.1", 1, None), **kw)
+        super().__init__(spark=lambda: None, backend=lambda: ("127.0.0.1", 1, None), **kw)
         self.runs = 0
         self._views, self._builtins = {}, BUILTINS
 
-    def _parse_json(self, text):
-        return PLANS.get(text)
+    def _plan_json(self, statement):
+        return PLANS.get(statement.text)
 
     def _run(self, statement, session=None):
         self.runs += 1
@@ -88,7 +85,7 @@ SESSION = SessionInfo("u", b"g" * 16, 9, "127.0.0.1:1")
 
 def test_a_sys_commit_makes_the_next_read_go_to_spark():
     reads = _Reads(max_age_s=60)
-    assert reads.wants_for(Q, SESSION)
+    assert reads.claim(Statement(Q, SESSION))
     assert reads.read(Q).rows == [(1,)] and reads.read(Q).rows == [(1,)]
     state_version.bump()
     assert reads.read(Q).rows == [(2,)]
@@ -102,36 +99,42 @@ def test_max_age_bounds_what_outside_writers_could_make_stale():
 def test_relayed_writes_of_sys_bump_the_version_and_settings_bypass():
     reads = _Reads(max_age_s=60)
     before = state_version.current()
-    assert not reads.wants_for("INSERT INTO shop.orders VALUES (1)", SESSION)  # cannot name sys: not even parsed
+    assert not reads.claim(Statement("INSERT INTO shop.orders VALUES (1)", SESSION))  # cannot name sys: not even parsed
     assert state_version.current() == before
-    assert not reads.wants_for("DROP TABLE sys.tiering_backlog", SESSION)
+    assert not reads.claim(Statement("DROP TABLE sys.tiering_backlog", SESSION))
     assert state_version.current() != before
-    assert not reads.wants_for("SET spark.sql.session.timeZone=UTC", SESSION)
-    assert not reads.wants_for(Q, SESSION)  # this session's results would render differently
+    assert not reads.claim(Statement("SET spark.sql.session.timeZone=UTC", SESSION))
+    assert not reads.claim(Statement(Q, SESSION))  # this session's results would render differently
     other = SessionInfo("u", b"h" * 16, 9, "127.0.0.1:1")
-    assert reads.wants_for(Q, other)
+    assert reads.claim(Statement(Q, other))
     tz = ("set:hiveconf:spark.sql.session.timeZone",)
-    assert not reads.wants_for(Q, SessionInfo("u", b"i" * 16, 9, "127.0.0.1:1", settings=tz))
+    assert not reads.claim(Statement(Q, SessionInfo("u", b"i" * 16, 9, "127.0.0.1:1", settings=tz)))
     jdbc = ("set:hiveconf:hive.server2.thrift.resultset.default.fetch.size",)  # every Hive JDBC connection
-    assert reads.wants_for(Q, SessionInfo("u", b"j" * 16, 9, "127.0.0.1:1", settings=jdbc))
+    assert reads.claim(Statement(Q, SessionInfo("u", b"j" * 16, 9, "127.0.0.1:1", settings=jdbc)))
     reads.session_closed(SESSION.session_guid)
-    assert reads.wants_for(Q, SESSION)
+    assert reads.claim(Statement(Q, SESSION))
 
 
 def test_answers_computed_while_a_relayed_write_of_sys_may_run_are_not_kept():
     reads = _Reads(max_age_s=60)
     assert reads.read(Q).rows == [(1,)] and reads.read(Q).rows == [(1,)]
-    assert not reads.wants_for("DELETE FROM sys.tiering_backlog WHERE table_id = 1", SESSION)
+    assert not reads.claim(Statement("DELETE FROM sys.tiering_backlog WHERE table_id = 1", SESSION))
     # Spark may still be running the DELETE: each read goes to Spark until max-age has passed.
     assert [reads.read(Q).rows for _ in range(3)] == [[(2,)], [(3,)], [(4,)]]
     reads._uncached_until = 0.0  # max-age later
     assert reads.read(Q).rows == [(5,)] and reads.read(Q).rows == [(5,)]
 
 
-def test_calls_stay_with_the_inner_handler():
+def test_calls_go_to_the_call_route_before_the_cache_is_asked():
     reads = _Reads()
-    assert reads.wants_for("CALL sys.version()", SESSION) and reads.wants("CALL sys.version()")
-    assert isinstance(reads.read(Q), LocalResult)
+    router = Router([CallHandler(registry=None, context_factory=lambda user: None), reads])
+    before = state_version.current()
+    call = Statement("CALL sys.version()", SESSION)
+    assert router.route(call) and call.route == "call"
+    assert state_version.current() == before  # the cache never saw it (a CALL's commits bump the version)
+    query = Statement(Q, SessionInfo("u", b"k" * 16, 9, "127.0.0.1:1"))
+    assert router.route(query) and query.route == "sys-read"
+    assert isinstance(router.execute(query), LocalResult)
 
 
 def test_answers_are_kept_per_role():

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tierlake.server.gateway.transport.server import Gateway
+from tierlake.server.gateway.transport.settings import GatewaySettings
 
 from ..toy import ToyHandler, toy_row, toy_ts_text
 
@@ -34,8 +35,8 @@ def sts_port(server):
 @pytest.fixture(scope="module")
 def gateways(sts_port, server):
     handler = ToyHandler()
-    started = {auth: Gateway("127.0.0.1", 0, "127.0.0.1", sts_port, handler, auth=auth,
-                             backend_secret=server.internal_secret).start()
+    started = {auth: Gateway(GatewaySettings(backend_port=sts_port, auth=auth, backend_secret=server.internal_secret),
+                             handler).start()
                for auth in AUTH_MODES}
     yield started
     for gw in started.values():
@@ -50,7 +51,7 @@ def gateway(request, gateways):
 def connect(gw: Gateway, user: str = "alice"):
     from pyhive import hive
 
-    if gw.auth == "NOSASL":
+    if gw.settings.auth == "NOSASL":
         return hive.connect("127.0.0.1", gw.port, username=user, auth="NOSASL")
     return hive.connect("127.0.0.1", gw.port, username=user)  # auth NONE = SASL PLAIN
 

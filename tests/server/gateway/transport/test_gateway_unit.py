@@ -19,6 +19,7 @@ from thrift.transport.TTransport import TBufferedTransport, TMemoryBuffer
 
 from tierlake.server.gateway.transport.protocol import error_status, ok_status
 from tierlake.server.gateway.transport.server import Gateway
+from tierlake.server.gateway.transport.settings import GatewaySettings
 
 from ..toy import ROWS_COLUMNS, ToyHandler, serving, toy_row, toy_ts_text
 
@@ -101,7 +102,7 @@ def fake_backend():
 def gateways(fake_backend):
     _, port = fake_backend
     handler = ToyHandler()
-    started = {auth: Gateway("127.0.0.1", 0, "127.0.0.1", port, handler, auth=auth).start()
+    started = {auth: Gateway(GatewaySettings(backend_port=port, auth=auth), handler).start()
                for auth in ("PLAIN", "NOSASL")}
     yield started
     for gw in started.values():
@@ -115,7 +116,7 @@ def gateway(request, gateways):
 
 def pyhive(gw: Gateway, user: str = "alice"):
     return hive.connect("127.0.0.1", gw.port, username=user,
-                        auth="NOSASL" if gw.auth == "NOSASL" else None)
+                        auth="NOSASL" if gw.settings.auth == "NOSASL" else None)
 
 
 class RawClient:
@@ -124,7 +125,7 @@ class RawClient:
     def __init__(self, gw: Gateway, user="alice", version=V.HIVE_CLI_SERVICE_PROTOCOL_V10,
                  open_as=None):
         sock = TSocket("127.0.0.1", gw.port)
-        if gw.auth == "PLAIN":
+        if gw.settings.auth == "PLAIN":
             import thrift_sasl
             from pyhive.sasl_compat import PureSASLClient
             self.transport = thrift_sasl.TSaslClientTransport(
@@ -389,7 +390,7 @@ def test_garbage_after_sasl_handshake(gateways, caplog):
 def test_backend_down_closes_the_client_only(caplog):
     with socket.create_server(("127.0.0.1", 0)) as placeholder:
         dead_port = placeholder.getsockname()[1]
-    with Gateway("127.0.0.1", 0, "127.0.0.1", dead_port, ToyHandler(), auth="NOSASL") as gw:
+    with Gateway(GatewaySettings(backend_port=dead_port, auth="NOSASL"), ToyHandler()) as gw:
         with caplog.at_level(logging.ERROR, logger="tierlake.gateway"):
             with pytest.raises(Exception):  # noqa: B017 - the client raises whichever transport error the timing gives
                 pyhive(gw)
@@ -399,8 +400,7 @@ def test_backend_down_closes_the_client_only(caplog):
 
 def test_max_connections_and_stop(fake_backend):
     _, port = fake_backend
-    gw = Gateway("127.0.0.1", 0, "127.0.0.1", port, ToyHandler(), auth="NOSASL",
-                 max_connections=1).start()
+    gw = Gateway(GatewaySettings(backend_port=port, auth="NOSASL", max_connections=1), ToyHandler()).start()
     first = pyhive(gw)
     with pytest.raises(Exception):  # noqa: B017 - the client raises whichever transport error the timing gives
         pyhive(gw)
@@ -417,16 +417,16 @@ def test_max_connections_and_stop(fake_backend):
 
 def test_constructor_validation(fake_backend):
     with pytest.raises(ValueError):
-        Gateway("127.0.0.1", 0, "127.0.0.1", 1, ToyHandler(), auth="KERBEROS")
+        Gateway(GatewaySettings(backend_port=1, auth="KERBEROS"), ToyHandler())
     with pytest.raises(TypeError):
-        Gateway("127.0.0.1", 0, "127.0.0.1", 1, object())
-    assert Gateway("127.0.0.1", 0, "127.0.0.1", 1, ToyHandler(), auth="none").auth == "PLAIN"
+        Gateway(GatewaySettings(backend_port=1), object())
+    assert Gateway(GatewaySettings(backend_port=1, auth="none"), ToyHandler()).settings.auth == "PLAIN"
 
 
 def test_authenticator_rejects_bad_password(fake_backend):
     _, port = fake_backend
-    with Gateway("127.0.0.1", 0, "127.0.0.1", port, ToyHandler(),
-                 authenticator=lambda user, password: password == "s3cret") as gw:
+    with Gateway(GatewaySettings(backend_port=port),
+                 ToyHandler(), authenticator=lambda user, password: password == "s3cret") as gw:
         good = hive.connect("127.0.0.1", gw.port, username="erin", auth="CUSTOM", password="s3cret")
         good.close()
         with pytest.raises(Exception, match="Error validating the login"):
@@ -479,7 +479,7 @@ def test_a_long_local_statement_that_fails_reports_its_sql_error_when_polled(gat
 
 def test_cancel_operation_cancels_a_running_local_statement(gateway):
     raw = RawClient(gateway)
-    statement = f"CALL TOY.SLOW(30) -- cancel {gateway.auth}"
+    statement = f"CALL TOY.SLOW(30) -- cancel {gateway.settings.auth}"
     handle = raw.execute(statement).operationHandle
     cancel = raw.client.CancelOperation(ttypes.TCancelOperationReq(handle))
     assert cancel.status.statusCode == SUCCESS
@@ -493,7 +493,7 @@ def test_cancel_operation_cancels_a_running_local_statement(gateway):
 
 def test_a_client_that_disconnects_cancels_its_running_statements(gateway):
     raw = RawClient(gateway)
-    statement = f"CALL TOY.SLOW(30) -- disconnect {gateway.auth}"
+    statement = f"CALL TOY.SLOW(30) -- disconnect {gateway.settings.auth}"
     raw.execute(statement)
     raw.close()
     deadline = time.monotonic() + 10
@@ -504,7 +504,7 @@ def test_a_client_that_disconnects_cancels_its_running_statements(gateway):
 
 def test_pyhive_async_execute_and_cancel(gateway):
     cursor = pyhive(gateway).cursor()
-    cursor.execute(f"CALL TOY.SLOW(30) -- pyhive {gateway.auth}", async_=True)
+    cursor.execute(f"CALL TOY.SLOW(30) -- pyhive {gateway.settings.auth}", async_=True)
     assert cursor.poll().operationState == ttypes.TOperationState.RUNNING_STATE
     cursor.cancel()
     deadline = time.monotonic() + 10
@@ -519,7 +519,7 @@ def test_a_stopping_gateway_answers_running_statements_and_refuses_new_work(fake
     """Server.stop drains the gateway first: a statement already running is answered (here: its
     rows), a new statement or session is refused with ServerStoppingError, then it closes."""
     _, port = fake_backend
-    gw = Gateway("127.0.0.1", 0, "127.0.0.1", port, ToyHandler(), auth="NOSASL").start()
+    gw = Gateway(GatewaySettings(backend_port=port, auth="NOSASL"), ToyHandler()).start()
     conn = pyhive(gw)
     running = conn.cursor()
     running.execute("CALL TOY.SLOW(2)", async_=True)  # runs for about 2 s
