@@ -77,8 +77,16 @@ class SmallTable:
 
     @property
     def schema(self) -> Any:
+        """The table's Spark schema: converted from the table object last loaded (no second lookup of
+        the table), else read through Spark."""
         if self._schema is None:
-            self._schema = self.spark.table(self.name).schema
+            if self._loaded is not None:
+                from pyspark.sql.types import StructType
+
+                util = jclass("org.apache.iceberg.spark.SparkSchemaUtil", self.spark.sparkContext._jvm)
+                self._schema = StructType.fromJson(json.loads(util.convert(self._loaded.schema()).json()))
+            else:
+                self._schema = self.spark.table(self.name).schema
         return self._schema
 
     def snapshot_id(self) -> int | None:
@@ -147,14 +155,17 @@ class SmallTable:
         """The table's Iceberg properties, as of now."""
         return string_map(iceberg_table(self.spark, self.name).properties())
 
-    def replace(self, rows: list[dict[str, Any]], base: int | None, properties: dict[str, str] | None = None) -> None:
+    def replace(self, rows: list[dict[str, Any]], base: int | None, properties: dict[str, str] | None = None,
+                table: Any = None) -> None:
         """Overwrite the table with ``rows``; fails if it changed since ``base``.
 
         ``properties`` are set on the table in the same commit (the JVM path), so
-        they change exactly when the rows do."""
+        they change exactly when the rows do. ``table``: the table object the rows were read from
+        (not loaded again); the commit validates against ``base`` whatever the object has seen."""
         from pyspark.sql import functions as F
 
-        table = iceberg_table(self.spark, self.name)
+        if table is None:
+            table = iceberg_table(self.spark, self.name)
         io = self._io(table)
         if io is not None:
             payload = self._to_jvm(rows)
@@ -204,7 +215,7 @@ class SmallTable:
             if not changed:
                 return result
             try:
-                self.replace(rows, base, props)
+                self.replace(rows, base, props, table=self._loaded)
                 return result
             except Exception as e:
                 if not is_conflict(e):

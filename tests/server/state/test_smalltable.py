@@ -20,7 +20,7 @@ class FakeTable(SmallTable):
     def properties(self):
         return {}
 
-    def replace(self, rows, base, properties=None):
+    def replace(self, rows, base, properties=None, table=None):
         if self.failures:
             raise self.failures.pop(0)
         assert base == self.snapshot
