@@ -16,7 +16,6 @@ so its cost is the delta, not the table. Retention is :mod:`tierlake.server.kv.r
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -83,30 +82,23 @@ def _newest_in_kv_table(spark: Any, kv: TablePath) -> tuple[int, int | None, Any
 
 
 def take_snapshot(spark: Any, stream: TablePath, catalog: KvCatalog | None = None) -> tuple[KvSnapshot, bool]:
-    """A KV snapshot at the stream's current end: ``(snapshot, created)``.
-
-    Nothing new since the newest snapshot → that one, ``created = False``.
-    For a caller that holds no handle of the table (``sys.kv_snapshot``, periodic KV maintenance).
-    """
-    return _take(spark, stream, catalog, None, lambda: _existing(spark, stream))
-
-
-def _existing(spark: Any, stream: TablePath) -> Any:
+    """:func:`take_snapshot_of` for a caller that holds no handle of the table (``sys.kv_snapshot``,
+    periodic KV maintenance)."""
     if not spark.catalog.tableExists(stream.quoted):
         raise NoSuchTableError(f"table {stream} does not exist")
-    return load_table(spark, stream)
+    return take_snapshot_of(TableHandle.of(spark, None, stream), catalog)
 
 
 def take_snapshot_of(handle: TableHandle, catalog: KvCatalog | None = None) -> tuple[KvSnapshot, bool]:
-    """:func:`take_snapshot` of the handle's table (a round's maintenance): its stream table, refreshed."""
-    return _take(handle.spark, handle.stream, catalog, handle.config, handle.fresh_stream)
+    """A KV snapshot of the handle's table at its stream's current end: ``(snapshot, created)``.
 
-
-def _take(spark: Any, stream: TablePath, catalog: KvCatalog | None, config: Any,
-          stream_table_now: Callable[[], Any]) -> tuple[KvSnapshot, bool]:
+    Nothing new since the newest snapshot → that one, ``created = False``.
+    The handle's stream table is the one read, refreshed (a round's maintenance passes the round's).
+    """
+    spark, stream = handle.spark, handle.stream
     catalog = catalog or KvCatalog(spark)
     with table_lock(stream):
-        stream_table = stream_table_now()
+        stream_table = handle.fresh_stream()
         props = string_map(stream_table.properties())
         spec = require_primary_key(stream, props)
         head = stream_table.currentSnapshot()
@@ -125,7 +117,7 @@ def _take(spark: Any, stream: TablePath, catalog: KvCatalog | None, config: Any,
                 f"the changelog of {stream} before position {props[LOG_START_PROPERTY]} was removed by log "
                 f"retention and the KV table {kv} does not reach it: the state cannot be rebuilt")
         # The changelog goes into the KV table the way a round writes it into the lake.
-        into_kv = TableHandle.loaded(spark, stream, kv, stream_table, config=config)
+        into_kv = TableHandle.loaded(spark, stream, kv, stream_table, config=handle.config)
         columns = lake_write.sync_lake_schema(into_kv)
         changes = range_chunk(stream_table, start_id, start, head)
         props_out = {KV_POSITION: str(end), KV_STREAM_SNAPSHOT: str(head_id), P.COMMIT_USER: lake_write.COMMIT_USER}

@@ -50,7 +50,7 @@ from typing import Any
 from tierlake import sql
 from tierlake.server.catalog import field_ids, reads
 from tierlake.server.catalog.properties import LOG_START_PROPERTY, MAINTENANCE, SOURCE_POSITION
-from tierlake.server.catalog.spec import CHANGE_TYPE, CHANGE_TYPES, TieredSpec
+from tierlake.server.catalog.spec import CHANGE_TYPE, CHANGE_TYPES
 from tierlake.server.catalog.table_path import TablePath, load_table
 from tierlake.server.changelog import lake_schema, lake_write, validation
 from tierlake.server.changelog.handle import TableHandle
@@ -145,8 +145,8 @@ def _reaches(stream_table: Any, head: Any, position: int, snapshot_id: int | Non
     return snapshot is not None and snapshot_id is not None and int(snapshot.snapshotId()) == snapshot_id
 
 
-def _source(spark: Any, stream: TablePath, spec: TieredSpec, stream_table: Any, position: int,
-            kv_bases: Iterable[KvBase]) -> _Source:
+def _source(handle: TableHandle, position: int, kv_bases: Iterable[KvBase]) -> _Source:
+    spark, stream, spec, stream_table = handle.spark, handle.stream, handle.spec, handle.stream_table
     if position <= 0:
         return _Source("nothing tiered yet (the lake must be empty)")
     log_start = int(string_map(stream_table.properties()).get(LOG_START_PROPERTY) or 0)
@@ -260,7 +260,7 @@ def compare(handle: TableHandle, lake_snapshot_id: int | None, position: int,
     not_compared = [c.name for c in carried if c.field_id is None]
     diff = Diff(UNVERIFIABLE, position, not_compared=not_compared)
     try:
-        source = _source(spark, stream, spec, stream_table, position, kv_bases)
+        source = _source(handle, position, kv_bases)
     except _Unverifiable as e:
         diff.reason = str(e)
         return diff
