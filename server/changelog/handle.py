@@ -11,7 +11,9 @@ the job (none outside a round). No module below the worker loads a table it
 was handed (a test counts the loads of a round: one per table).
 
 Made one way per use: :meth:`~TableHandle.open` (an assigned table),
-:meth:`~TableHandle.of` (a table named by its stream, outside a round),
+``TableHandle(spark, stream, lake, config)`` (both paths known, outside a
+round: the fresh view, log retention, ``sys.validate``; each table loaded on
+first use), :meth:`~TableHandle.of` (a table named by its stream),
 :meth:`~TableHandle.staged` (an atomic CTAS's staged tables),
 :meth:`~TableHandle.loaded` (tables the caller loaded: a KV snapshot writes
 the changelog into its KV table as into a lake); :meth:`~TableHandle.in_session`
@@ -76,9 +78,10 @@ UNASSIGNED = Assignment()
 class TableHandle:
     """A tiered table's stream and lake, loaded once (on first use) and passed down.
 
-    ``lake`` may also name a KV table (a KV snapshot writes the changelog into it the same way).
-    ``path``: the table as the coordinator names it. ``overrides``: table properties this handle
-    reads instead of the table's (:meth:`setting`, :meth:`with_settings`)."""
+    Outside a round (no assignment) unless a factory gave one. ``lake`` may also name a KV table
+    (a KV snapshot writes the changelog into it the same way). ``path``: the table as the
+    coordinator names it. ``overrides``: table properties this handle reads instead of the
+    table's (:meth:`setting`, :meth:`with_settings`)."""
 
     def __init__(self, spark: Any, stream: TablePath, lake: TablePath, config: Any = None,
                  assignment: Assignment = UNASSIGNED):
