@@ -50,11 +50,11 @@ DB = "bench_fresh"
 def force_round(spark: Any, table: str) -> None:
     from tierlake.server.catalog import properties as P
     from tierlake.server.changelog import planner
-    from tierlake.server.changelog.handle import TableHandle
+    from tierlake.server.changelog.handle import Assignment, TableHandle
     from tierlake.server.tiering.round import run_round
 
     # The whole backlog in one lake commit, as a worker's round of a long-idle table would.
-    handle = TableHandle.open(spark, None, table, job_id="bench")
+    handle = TableHandle.open(spark, None, table, Assignment(job_id="bench"))
     handle.overrides = {P.MAX_ROUND: None, P.CHUNK_ROWS: 1 << 62}
     run_round(planner.plan_round(handle), check_epoch=lambda: None)
     from tierlake.server.changelog import fresh_view

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath, parse_table_path
+from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.config.config import Config
-from tierlake.server.coordinator.registration import coordinator, iceberg_properties, registered
+from tierlake.server.coordinator.registration import coordinator, registered
 from tierlake.server.exceptions import InvalidArgumentError, NoSuchTableError
 from tierlake.server.kv.snapshot_catalog import KvCatalog
 from tierlake.server.quality import gx, lake_diff, suite
@@ -56,12 +56,13 @@ def validate(ctx: Context, table: str, compare: bool = True):
     lake = TablePath(state.lake_database, state.lake_table)
     if not ctx.spark.catalog.tableExists(lake.quoted):
         raise NoSuchTableError(f"lake table {lake} of {path} does not exist")
-    spec = TieredSpec.from_properties(iceberg_properties(ctx.spark, path))
+    # The table validated, loaded once: the suite and the comparison read its tables.
+    handle = TableHandle(ctx.spark, path, lake, ctx.config)
     bases: tuple[lake_diff.KvBase, ...] = ()
-    if compare and spec.is_primary_key:
+    if compare and handle.spec.is_primary_key:
         bases = tuple(lake_diff.KvBase(s.kv_table, s.snapshot_id, s.log_position, s.stream_snapshot_id)
                       for s in KvCatalog(ctx.spark).list(path))
-    target = suite.Target(state.table_id, path, lake, spec, state.tiered_position or 0, compare_stream=compare,
+    target = suite.Target(state.table_id, handle, state.tiered_position or 0, compare_stream=compare,
                           kv_bases=bases)
     result = suite.run(ctx.spark, target, _sample_size(ctx))
     return [(result.run_id, o.expectation, o.success, o.observed_value, o.unexpected_count, o.unexpected_sample)

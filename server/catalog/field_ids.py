@@ -15,9 +15,8 @@ from typing import Any
 
 from tierlake.server.catalog.properties import LAKE_FIELD_IDS
 from tierlake.server.catalog.spec import CHANGE_TYPE
-from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.catalog.table_path import TablePath, load_table
 from tierlake.server.runtime.jvm import is_java, jclass
-from tierlake.server.runtime.session import iceberg_table
 
 
 def schema_fields(schema: Any) -> dict[int, str]:
@@ -30,7 +29,7 @@ def schema_fields(schema: Any) -> dict[int, str]:
 
 def stream_fields(spark: Any, stream: TablePath) -> dict[int, str]:
     """The stream table's data columns now (no ``_change_type``): ``{field id: name}``."""
-    return {fid: name for fid, name in schema_fields(iceberg_table(spark, stream.quoted).schema()).items()
+    return {fid: name for fid, name in schema_fields(load_table(spark, stream).schema()).items()
             if name.lower() != CHANGE_TYPE}
 
 
@@ -66,4 +65,4 @@ def record(spark: Any, stream: TablePath, lake: TablePath, names: list[str]) -> 
     wanted = {n.lower(): n for n in names}
     mapping = {fid: wanted[name.lower()] for fid, name in stream_fields(spark, stream).items()
                if name.lower() in wanted}
-    iceberg_table(spark, lake.quoted).updateProperties().set(LAKE_FIELD_IDS, encode(mapping)).commit()
+    load_table(spark, lake).updateProperties().set(LAKE_FIELD_IDS, encode(mapping)).commit()

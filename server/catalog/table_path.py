@@ -1,8 +1,10 @@
-"""Table names as users write them: ``db.t``, ```db`.`t```, ``t`` (current database)."""
+"""Table names as users write them: ``db.t``, ```db`.`t```, ``t`` (current database); the table a
+name resolves to (:func:`load_table`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import sqlglot
 from sqlglot import exp
@@ -10,6 +12,7 @@ from sqlglot.errors import ParseError, TokenError
 
 from tierlake import sql
 from tierlake.server.exceptions import InvalidIdentifierError
+from tierlake.server.runtime.session import iceberg_table
 
 SESSION_CATALOG = "spark_catalog"
 
@@ -25,6 +28,18 @@ class TablePath:
     @property
     def quoted(self) -> str:
         return sql.quote_table(self.database, self.table)
+
+
+def load_table(spark: Any, path: TablePath, locking: bool = False) -> Any:
+    """The Iceberg ``Table`` (Java) at ``path``, loaded now (a metastore read and the metadata file).
+
+    The one loader of a table by its path (``session.iceberg_table`` below it takes a name, for the
+    ``sys`` tables named by text). ``locking``: through the catalog whose commits take metastore locks
+    (``session.LOCKING_CATALOG``). A tiered table's round loads it once, through its handle
+    (server/changelog/handle.py), and passes that down."""
+    if locking:
+        return iceberg_table(spark, path.quoted, locking=True)
+    return iceberg_table(spark, path.quoted)
 
 
 def coordinator_path(path: str) -> TablePath:

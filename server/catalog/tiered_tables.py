@@ -11,11 +11,10 @@ from tierlake.server.catalog import field_ids
 from tierlake.server.catalog.columns import columns_of
 from tierlake.server.catalog.properties import ENABLED, FORMAT_VERSION, LAKE_TABLE_PROPERTY
 from tierlake.server.catalog.spec import CHANGE_TYPE, Column, TieredSpec, data_columns, partition_sql
-from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.catalog.table_path import TablePath, load_table
 from tierlake.server.config.config import Config
 from tierlake.server.exceptions import InvalidArgumentError, TierlakeError
 from tierlake.server.runtime.iceberg_actions import METADATA_PROPERTIES
-from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.tables")
 
@@ -90,7 +89,7 @@ def create_stream_table(spark: Any, name: TablePath, columns: list[Column], spec
 def prepare_existing(spark: Any, config: Any, stream: TablePath) -> TablePath:
     """``sys.enable_tiering`` on an existing Iceberg table: mark it, add the
     change-type column to primary-key tables, create the lake table."""
-    table = iceberg_table(spark, stream.quoted)
+    table = load_table(spark, stream)
     props = {str(k): str(v) for k, v in dict(table.properties()).items()}
     schema = spark.table(stream.quoted).schema
     columns = columns_of(schema)
@@ -105,7 +104,7 @@ def prepare_existing(spark: Any, config: Any, stream: TablePath) -> TablePath:
         require_columns(spark, stream, nullable)
     if spec.is_primary_key and not any(c.name.lower() == CHANGE_TYPE for c in columns):
         jvm = spark.sparkContext._jvm
-        iceberg_table(spark, stream.quoted).updateSchema().addColumn(
+        load_table(spark, stream).updateSchema().addColumn(
             CHANGE_TYPE, jvm.org.apache.iceberg.types.Types.StringType.get()).commit()
     if not spark.catalog.tableExists(lake.quoted):
         try:
@@ -137,7 +136,7 @@ def require_columns(spark: Any, stream: TablePath, names: list[str]) -> None:
     allowed explicitly. A writer that committed a NULL key between that count
     and this commit is not seen here (the round's NULL-key check catches it).
     """
-    update = iceberg_table(spark, stream.quoted).updateSchema().allowIncompatibleChanges()
+    update = load_table(spark, stream).updateSchema().allowIncompatibleChanges()
     for name in names:
         update = update.requireColumn(name)
     update.commit()

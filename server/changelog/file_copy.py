@@ -59,7 +59,7 @@ def lake_files_class(spark: Any) -> Any | None:
     return found
 
 
-def blocker(table: TableHandle, chunk: Chunk) -> str | None:
+def blocker(handle: TableHandle, chunk: Chunk) -> str | None:
     """Why the data files ``chunk``'s appends added cannot be copied into the handle's lake as they are;
     None when they can."""
     if not chunk.snapshot_ids:
@@ -67,30 +67,30 @@ def blocker(table: TableHandle, chunk: Chunk) -> str | None:
     size = sum(c.bytes for c in chunk.commits)
     if size > COPY_MAX_BYTES:
         return f"the chunk's {size} bytes are more than {COPY_MAX_BYTES} (Spark writes them in parallel)"
-    files = lake_files_class(table.spark)
+    files = lake_files_class(handle.spark)
     if files is None:
         return "tierlake's LakeFiles class is missing"
-    reason = files.blocker(table.stream_table, table.lake_table, snapshot_id_list(chunk))
+    reason = files.blocker(handle.stream_table, handle.lake_table, snapshot_id_list(chunk))
     return None if reason is None else str(reason)
 
 
-def usable(table: TableHandle, chunk: Chunk) -> bool:
+def usable(handle: TableHandle, chunk: Chunk) -> bool:
     """Whether a log round may copy ``chunk``'s files (each table's reason to not is logged once)."""
-    reason = blocker(table, chunk)
+    reason = blocker(handle, chunk)
     if reason is None:
         return True
-    key = (str(table.lake), reason)
+    key = (str(handle.lake), reason)
     if key not in _told and not reason.startswith("the chunk's"):
         _told.add(key)
         log.info("rounds of %s write through Spark: %s", key[0], reason)
     return False
 
 
-def append(table: TableHandle, chunk: Chunk, branch: str, properties: dict[str, str]) -> None:
+def append(handle: TableHandle, chunk: Chunk, branch: str, properties: dict[str, str]) -> None:
     """Tier ``chunk`` (appends of a log table) into ``branch`` of the handle's lake in one commit, by
     copying the data files its commits added (checked with :func:`usable` first)."""
-    jclass(LAKE_FILES, table.spark.sparkContext._jvm).appendCopies(
-        table.stream_table, table.lake_table, snapshot_id_list(chunk), branch, properties)
+    jclass(LAKE_FILES, handle.spark.sparkContext._jvm).appendCopies(
+        handle.stream_table, handle.lake_table, snapshot_id_list(chunk), branch, properties)
 
 
 def listed_files(spark: Any, stream_table: Any, chunk: Chunk, bucket_field: str | None) -> Any | None:

@@ -71,7 +71,7 @@ from tierlake.server.catalog import field_ids
 from tierlake.server.catalog.columns import schema_columns
 from tierlake.server.catalog.properties import FRESH_VIEW_PROPERTY
 from tierlake.server.catalog.spec import CHANGE_TYPE, TieredSpec
-from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.catalog.table_path import TablePath, load_table
 from tierlake.server.catalog.tiered_tables import suffixed_path
 from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.jvm import INCREMENTAL_CATALOG_NAME
@@ -81,7 +81,7 @@ from tierlake.server.config.config import Config
 from tierlake.server.exceptions import ConcurrentUpdateError
 from tierlake.server.runtime.jvm import jclass, string_map
 from tierlake.server.runtime.jvm_errors import Kind, is_
-from tierlake.server.runtime.session import activate, iceberg_table, private_session
+from tierlake.server.runtime.session import activate, private_session
 
 log = logging.getLogger("tierlake.fresh")
 
@@ -127,21 +127,20 @@ def schema_key(stream_table: Any) -> str:
     return format(zlib.crc32(str(stream_table.schema().asStruct().toString()).encode()), "08x")
 
 
-def repin_if_schema_changed(spark: Any, stream: TablePath, lake: TablePath) -> bool:
+def repin_if_schema_changed(handle: TableHandle) -> bool:
     """Re-pin the stream's fresh view if its text was made for another stream schema; whether it did.
 
     The view names the stream's columns, so after a RENAME COLUMN it fails until it is re-pinned; a
     round re-pins it (an idle table's too), but a table in ``Failed`` has no rounds, and an idle one
     only within its freshness interval. The server's KV maintenance calls this for every registered
     table (server/maintenance/kv_tables.py): one metastore read when nothing changed."""
-    table = TableHandle(spark, stream, lake)
-    view = _view_named(table.properties)
-    pin = None if view is None else current_pin(spark, view)
+    view = _view_named(handle.properties)
+    pin = None if view is None else current_pin(handle.spark, view)
     if pin is None or not pin.stream_schema:
         return False
-    if pin.stream_schema == schema_key(table.stream_table):
+    if pin.stream_schema == schema_key(handle.stream_table):
         return False
-    refresh(table)
+    refresh(handle)
     log.info("fresh view %s re-pinned: the stream's columns changed", view)
     return True
 
@@ -152,7 +151,7 @@ def fresh_path(config: Config | None, stream: TablePath) -> TablePath:
 
 
 def _properties(spark: Any, stream: TablePath) -> dict[str, str]:
-    return _table_properties(iceberg_table(spark, stream.quoted))
+    return _table_properties(load_table(spark, stream))
 
 
 def _table_properties(table: Any) -> dict[str, str]:
@@ -181,26 +180,26 @@ def has_incremental_catalog(spark: Any) -> bool:
     return bool(spark.conf.get(f"spark.sql.catalog.{INCREMENTAL_CATALOG_NAME}", None))
 
 
-def render(table: TableHandle, view: TablePath, incremental: bool = True) -> str:
+def render(handle: TableHandle, view: TablePath, incremental: bool = True) -> str:
     """The ``CREATE OR REPLACE VIEW`` statement pinned to the lake's current snapshot (see :func:`pinned`)."""
-    return pinned(table, view, incremental)[0]
+    return pinned(handle, view, incremental)[0]
 
 
-def pinned(table: TableHandle, view: TablePath, incremental: bool = True) -> tuple[str, int]:
+def pinned(handle: TableHandle, view: TablePath, incremental: bool = True) -> tuple[str, int]:
     """The ``CREATE OR REPLACE VIEW`` statement pinned to the lake's current snapshot, and the
     stream position it reads after (see :func:`_statement`)."""
-    statement, pin = _statement(table, view, incremental)
+    statement, pin = _statement(handle, view, incremental)
     return statement, pin.position
 
 
-def _statement(table: TableHandle, view: TablePath, incremental: bool = True) -> tuple[str, Pin]:
+def _statement(handle: TableHandle, view: TablePath, incremental: bool = True) -> tuple[str, Pin]:
     """The ``CREATE OR REPLACE VIEW`` statement pinned to the lake's current snapshot, and its pin.
 
     ``incremental``: read the stream after the snapshot at the position when
     there is one (else, or with False, scan every stream file). The handle's
     tables are used as they are (the caller refreshed them)."""
-    spark, stream, lake = table.spark, table.stream, table.lake
-    stream_table, lake_table, props = table.stream_table, table.lake_table, table.properties
+    spark, stream, lake = handle.spark, handle.stream, handle.lake
+    stream_table, lake_table, props = handle.stream_table, handle.lake_table, handle.properties
     stream_columns_now = schema_columns(spark, stream_table.schema())
     spec = TieredSpec.from_properties(props, stream_columns_now)
     snapshot = lake_table.currentSnapshot()
@@ -497,11 +496,11 @@ def current_pin(spark: Any, view: TablePath) -> Pin | None:
     return _pin_state(spark, view)[2]
 
 
-def pinned_lake_snapshot(table: TableHandle) -> int | None:
+def pinned_lake_snapshot(handle: TableHandle) -> int | None:
     """The lake snapshot the stream's fresh view reads now (None: no view, or its pin is unknown):
     lake snapshot expiry keeps it (server/maintenance/tables.py)."""
-    view = _view_named(table.current_properties())
-    pin = None if view is None else current_pin(table.spark, view)
+    view = _view_named(handle.current_properties())
+    pin = None if view is None else current_pin(handle.spark, view)
     return None if pin is None or pin.lake_snapshot < 0 else pin.lake_snapshot
 
 
@@ -582,16 +581,16 @@ def _schemas_of(stream_table: Any, lake_table: Any) -> tuple[str, str]:
     return str(stream_table.schema().asStruct().toString()), str(lake_table.schema().asStruct().toString())
 
 
-def schema_changed(table: TableHandle) -> bool:
+def schema_changed(handle: TableHandle) -> bool:
     """Whether the fresh view of a round's table was made with other schemas than it has now
     (or not by this process): an idle table's round re-pins it then."""
-    name = table.properties.get(FRESH_VIEW_PROPERTY)
+    name = handle.properties.get(FRESH_VIEW_PROPERTY)
     if not name:
         return False
-    return _PINNED_SCHEMAS.get(str(name).lower()) != _schemas_of(table.stream_table, table.lake_table)
+    return _PINNED_SCHEMAS.get(str(name).lower()) != _schemas_of(handle.stream_table, handle.lake_table)
 
 
-def _create_view(table: TableHandle, view: TablePath) -> int:
+def _create_view(handle: TableHandle, view: TablePath) -> int:
     """(Re-)create ``view``: incremental when the session can; the full scan if that fails
     (the view's rows are the same either way, only its cost differs). Returns the position
     the view in force reads the stream after.
@@ -604,17 +603,17 @@ def _create_view(table: TableHandle, view: TablePath) -> int:
     action that re-pinned and then removed what the older pin reads.
 
     The view's text and the schemas recorded for it come from the handle's tables."""
-    spark, stream, lake, tables = table.spark, table.stream, table.lake, table
+    spark, stream, lake = handle.spark, handle.stream, handle.lake
     for attempt in range(REPIN_ATTEMPTS):
         if attempt:
-            tables.fresh_lake()
-            tables.fresh_stream()
+            handle.fresh_lake()
+            handle.fresh_stream()
         exists, expected, before = _pin_state(spark, view)
         statement = None
         pin = None
         if has_incremental_catalog(spark):
             try:
-                statement, pin = _statement(table, view)
+                statement, pin = _statement(handle, view)
                 if before is not None and pin < before:
                     return _kept(view, before, pin)
                 spark.sql(statement)
@@ -623,7 +622,7 @@ def _create_view(table: TableHandle, view: TablePath) -> int:
                             exc_info=True)
                 statement = None
         if statement is None:
-            statement, pin = _statement(table, view, incremental=False)
+            statement, pin = _statement(handle, view, incremental=False)
             if before is not None and pin < before:
                 return _kept(view, before, pin)
             spark.sql(statement)
@@ -632,7 +631,7 @@ def _create_view(table: TableHandle, view: TablePath) -> int:
             log.info("%s was re-pinned by another process meanwhile; reading %s again", view, lake)
             continue
         try:
-            _PINNED_SCHEMAS[str(view).lower()] = _schemas_of(tables.stream_table, tables.lake_table)
+            _PINNED_SCHEMAS[str(view).lower()] = _schemas_of(handle.stream_table, handle.lake_table)
         except Exception:  # noqa: BLE001 - only an idle round's re-pin check reads it
             pass
         return pin.position if written is None else written.position
@@ -650,11 +649,11 @@ def create(spark: Any, config: Config | None, stream: TablePath, lake: TablePath
     """Create (or re-create) the fresh view of a tiered table and record it on the stream table."""
     view = fresh_path(config, stream)
     spark.sql(sql.render(T_CREATE_DATABASE, database=view.database))
-    table = TableHandle(spark, stream, lake, config=config)
+    handle = TableHandle(spark, stream, lake, config)
     with _pin_lock(stream):
-        _create_view(table, view)
-    if table.current_properties().get(FRESH_VIEW_PROPERTY) != str(view):
-        table.stream_table.updateProperties().set(FRESH_VIEW_PROPERTY, str(view)).commit()
+        _create_view(handle, view)
+    if handle.current_properties().get(FRESH_VIEW_PROPERTY) != str(view):
+        handle.stream_table.updateProperties().set(FRESH_VIEW_PROPERTY, str(view)).commit()
     log.info("fresh view %s of %s created", view, stream)
     return view
 
@@ -670,30 +669,30 @@ def _pin_lock(stream: TablePath) -> threading.Lock:
         return _pin_locks.setdefault(str(stream).lower(), threading.Lock())
 
 
-def refresh(table: TableHandle) -> int | None:
+def refresh(handle: TableHandle) -> int | None:
     """Re-pin the stream's fresh view (if it has one) to the lake's current snapshot, now;
     returns the stream position it now reads after (None: no view).
 
     The handle's tables are refreshed here: the view property as it is now (a
     view dropped meanwhile is not brought back), the lake's newest commit."""
-    activate(table.spark)  # resolved through this thread's active session (the re-pin thread has none)
-    with _pin_lock(table.stream):
-        view = _view_named(table.current_properties())
+    activate(handle.spark)  # resolved through this thread's active session (the re-pin thread has none)
+    with _pin_lock(handle.stream):
+        view = _view_named(handle.current_properties())
         if view is None:
             return None
-        table.fresh_lake()
-        return _create_view(table, view)
+        handle.fresh_lake()
+        return _create_view(handle, view)
 
 
-def after_lake_commit(table: TableHandle) -> None:
+def after_lake_commit(handle: TableHandle) -> None:
     """The round's hook after its last lake commit: the view re-pinned by the
     re-pin thread, soon. Never fails the round (the old view stays correct,
     it only reads more of the stream; stream snapshot expiry re-pins it
     before it could remove what the old view reads)."""
     try:
-        repinner(table.spark).schedule(table)
+        repinner(handle.spark).schedule(handle)
     except Exception:  # see the docstring
-        log.warning("could not schedule the re-pin of the fresh view of %s", table.stream, exc_info=True)
+        log.warning("could not schedule the re-pin of the fresh view of %s", handle.stream, exc_info=True)
 
 
 class Repinner:
@@ -714,11 +713,11 @@ class Repinner:
         self.thread = threading.Thread(target=self._run, name="tierlake-fresh-repin", daemon=True)
         self.thread.start()
 
-    def schedule(self, table: TableHandle) -> None:
+    def schedule(self, handle: TableHandle) -> None:
         with self.cond:
             if self.stopping:
                 return
-            self.pending[str(table.stream).lower()] = table
+            self.pending[str(handle.stream).lower()] = handle
             self.cond.notify_all()
 
     def _run(self) -> None:
@@ -729,14 +728,14 @@ class Repinner:
                 if not self.pending:
                     return
                 key = next(iter(self.pending))
-                table = self.pending.pop(key)
+                handle = self.pending.pop(key)
                 self.running = key
             try:
                 # The round's tables in this thread's session: the round thread's own session goes on to
                 # its next round (settings such as the bucketed MERGE's would be captured by the view).
-                refresh(table.in_session(self.spark))
+                refresh(handle.in_session(self.spark))
             except Exception:  # the old pin stays, exact; the next round tries again
-                log.warning("could not refresh the fresh view of %s", table.stream, exc_info=True)
+                log.warning("could not refresh the fresh view of %s", handle.stream, exc_info=True)
             finally:
                 with self.cond:
                     self.running = None
@@ -813,9 +812,9 @@ def drop(spark: Any, config: Config | None, stream: TablePath) -> TablePath | No
     with _pin_lock(stream):  # a re-pin in flight would bring the view back
         drop_view(spark, view)
         if has_table:
-            props = _properties(spark, stream)
-            if FRESH_VIEW_PROPERTY in props:
-                iceberg_table(spark, stream.quoted).updateProperties().remove(FRESH_VIEW_PROPERTY).commit()
+            stream_table = load_table(spark, stream)
+            if FRESH_VIEW_PROPERTY in _table_properties(stream_table):
+                stream_table.updateProperties().remove(FRESH_VIEW_PROPERTY).commit()
     log.info("fresh view %s of %s dropped", view, stream)
     return view
 

@@ -111,7 +111,7 @@ _SYNCED_LOCK = threading.Lock()
 SYNCED_MAX = 4096  # tables; least recently synced forgotten first
 
 
-def sync_lake_schema(table: TableHandle) -> list[Carried]:
+def sync_lake_schema(handle: TableHandle) -> list[Carried]:
     """Bring the handle's lake (a lake or KV table) up to its stream's columns; the columns a write fills.
 
     See the module docstring for the rules. A lake column that carries no
@@ -122,8 +122,8 @@ def sync_lake_schema(table: TableHandle) -> list[Carried]:
     change is remembered by its inputs (:func:`_sync_key`), and the next one
     with the same inputs answers from memory.
     """
-    spark, stream, lake = table.spark, table.stream, table.lake
-    stream_table, lake_table, spec = table.stream_table, table.lake_table, table.spec
+    spark, stream, lake = handle.spark, handle.stream, handle.lake
+    stream_table, lake_table, spec = handle.stream_table, handle.lake_table, handle.spec
     recorded_text = field_ids.read_text(lake_table)
     key = _sync_key(stream_table, lake_table, recorded_text, spec)
     with _SYNCED_LOCK:

@@ -153,10 +153,10 @@ def with_commit_properties(spark: Any, properties: dict[str, str], fn: Callable[
         raise
 
 
-def sync_lake_schema(table: TableHandle) -> list[Carried]:
+def sync_lake_schema(handle: TableHandle) -> list[Carried]:
     """Carry the stream's added, renamed and dropped columns to the handle's lake (or KV)
     table (:mod:`~tierlake.server.changelog.lake_schema`); the columns a write fills."""
-    return lake_schema.sync_lake_schema(table)
+    return lake_schema.sync_lake_schema(handle)
 
 
 def _changes(handle: TableHandle, changes: Chunk, columns: list[Carried]) -> Any:
@@ -246,14 +246,14 @@ class ChangelogWrite:
     Entering renders the statement over temporary views of the range; leaving
     drops the views. ``commit`` runs it with the commit properties::
 
-        with ChangelogWrite(table, target, chunk, columns) as write:
+        with ChangelogWrite(handle, target, chunk, columns) as write:
             write.commit({P.COMMIT_USER: COMMIT_USER, ...})
     """
 
-    def __init__(self, table: TableHandle, target: list[str], changes: Chunk, columns: list[Carried],
+    def __init__(self, handle: TableHandle, target: list[str], changes: Chunk, columns: list[Carried],
                  view_prefix: str = "__tierlake", strategy: WriteStrategy | None = None):
-        self.table, self.target, self.changes = table, target, changes
-        self.spark, self.stream, self.spec = table.spark, table.stream, table.spec
+        self.handle, self.target, self.changes = handle, target, changes
+        self.spark, self.stream, self.spec = handle.spark, handle.stream, handle.spec
         # LOG_APPEND, PK_MERGE or PK_LOAD (a primary-key range into a target known to hold no rows:
         # its winners appended, see commit()); None: as write_strategy.choose says for the spec.
         self.strategy = strategy if strategy is not None else write_strategy.choose(self.spec)
@@ -280,14 +280,14 @@ class ChangelogWrite:
 
     def _prepare(self) -> None:
         spark, changes = self.spark, self.changes
-        carried = self.carried + ([lake_schema.change_type_column(self.table.stream_table)]
+        carried = self.carried + ([lake_schema.change_type_column(self.handle.stream_table)]
                                   if self.spec.is_primary_key else [])
-        _changes(self.table, changes, carried).createOrReplaceTempView(self.delta_view)
+        _changes(self.handle, changes, carried).createOrReplaceTempView(self.delta_view)
         if self.strategy is WriteStrategy.LOG_APPEND:
             self.statement = sql.render_checked(STATEMENTS[self.strategy], target=self.target,
                                                 delta=self.delta_view, columns=self.columns)
             return
-        chunk_files(self.table, changes).createOrReplaceTempView(self.files_view)
+        chunk_files(self.handle, changes).createOrReplaceTempView(self.files_view)
         # The changelog rule is checked inside the MERGE (validation.GUARD); see commit().
         self.statement = sql.render_checked(
             STATEMENTS[self.strategy], target=self.target, delta=self.delta_view,

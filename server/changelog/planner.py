@@ -77,7 +77,7 @@ class Chunk:
 class Plan:
     # The table the plan was made for, with the Iceberg tables it was made from: the round's
     # steps read them (server/changelog/handle.py).
-    table: TableHandle = field(repr=False, compare=False)
+    handle: TableHandle = field(repr=False, compare=False)
     lake_position: int
     lake_snapshot_id: int | None
     end_position: int
@@ -89,15 +89,15 @@ class Plan:
 
     @property
     def stream(self) -> TablePath:
-        return self.table.stream
+        return self.handle.stream
 
     @property
     def lake(self) -> TablePath:
-        return self.table.lake
+        return self.handle.lake
 
     @property
     def spec(self) -> TieredSpec:
-        return self.table.spec
+        return self.handle.spec
 
     @property
     def empty(self) -> bool:
@@ -126,29 +126,29 @@ def _when(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def plan_round(table: TableHandle, start: int | None = None, registered: Registered | None = None) -> Plan:
+def plan_round(handle: TableHandle, start: int | None = None, registered: Registered | None = None) -> Plan:
     """Compare the lake's position with the stream's end and list the commits between.
 
     ``start``: plan the commits after this position instead (a KV snapshot split covers the rest).
     ``registered``: the coordinator's record of the table, cross-checked
     (server/changelog/positions.py): its tiered position and stream UUID.
-    The plan keeps ``table``.
+    The plan keeps ``handle``.
     """
-    stream, lake = table.stream, table.lake
-    stream_table, lake_table = table.stream_table, table.lake_table
+    stream, lake = handle.stream, handle.lake
+    stream_table, lake_table = handle.stream_table, handle.lake_table
     positions.check_identity(stream, lake, stream_table, lake_table, registered)
     position, _, found = positions.recorded_position(lake_table, lake)
     positions.cross_check(lake, position, found, registered)
     if start is not None:
         position = start
-    log_start = int(table.properties.get(LOG_START) or 0)
+    log_start = int(handle.properties.get(LOG_START) or 0)
     if position < log_start:
         raise LogTruncatedError(
             f"the lake table {lake} has tiered stream position {position}, but log retention removed the "
             f"changelog of {stream} up to position {log_start}; the lake table cannot be brought up to date "
             "from the log")
     lake_snapshot = lake_table.currentSnapshot()
-    plan = Plan(table, position, None if lake_snapshot is None else int(lake_snapshot.snapshotId()),
+    plan = Plan(handle, position, None if lake_snapshot is None else int(lake_snapshot.snapshotId()),
                 end_position=position, stream_uuid=str(stream_table.uuid()))
     head = stream_table.currentSnapshot()
     if head is None:

@@ -20,9 +20,8 @@ import logging
 from typing import Any
 
 from tierlake.server.catalog.properties import MAINTENANCE
-from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.catalog.table_path import TablePath, load_table
 from tierlake.server.exceptions import InvalidArgumentError
-from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.tiering")
 
@@ -48,7 +47,7 @@ def drop_stream_commit(spark: Any, stream: TablePath, snapshot_id: int) -> list[
 
     Returns one row per commit from it on: ``(snapshot_id, operation, action, new_snapshot_id)``.
     """
-    table = iceberg_table(spark, stream.quoted)
+    table = load_table(spark, stream)
     target = table.snapshot(snapshot_id)
     later = None if target is None else _history_after(table, snapshot_id)
     if later is None:
@@ -67,7 +66,7 @@ def drop_stream_commit(spark: Any, stream: TablePath, snapshot_id: int) -> list[
     manage.commit()
 
     # Match the new snapshots to the appends they re-applied (Iceberg records the source in the summary).
-    table = iceberg_table(spark, stream.quoted)
+    table = load_table(spark, stream)
     new_ids: dict[int, int] = {}
     snapshot = table.currentSnapshot()
     while snapshot is not None and int(snapshot.snapshotId()) != int(parent):

@@ -20,9 +20,8 @@ from typing import Any
 
 from tierlake import sql
 from tierlake.server.catalog.spec import CHANGE_TYPE, CHANGE_TYPES, TieredSpec
-from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.catalog.table_path import TablePath, load_table
 from tierlake.server.exceptions import ChangelogError
-from tierlake.server.runtime.session import iceberg_table
 
 T_CHANGELOG_CHECK = "templates/changelog_check.sql.j2"
 # raise_error text of the primary-key winners (tiering_pk_winners.sql.j2) when a chunk breaks the rule.
@@ -98,7 +97,7 @@ def _resume(stream: str, snapshot: tuple[int, int | None] | None) -> str:
 
 def _snapshot_at(spark: Any, stream: TablePath, position: int) -> tuple[int, int | None] | None:
     """``(snapshot id, parent id)`` of the stream commit at ``position`` (error path only)."""
-    table = iceberg_table(spark, stream.quoted)
+    table = load_table(spark, stream)
     snapshot = table.currentSnapshot()
     while snapshot is not None and int(snapshot.sequenceNumber()) > position:
         parent = snapshot.parentId()

@@ -37,8 +37,8 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
+from tierlake.server.catalog.table_path import coordinator_path, load_table
 from tierlake.server.coordinator.state_machine import Status, TableState
-from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.coordinator")
 
@@ -58,12 +58,12 @@ class StreamWatch:
         """The stream's current metadata location (one metastore call)."""
         entry = self._tables.get(state.table_id)
         if entry is None or entry[0] != state.path:
-            table = iceberg_table(self.spark, state.path)
-            self._tables[state.table_id] = (state.path, table)
+            stream_table = load_table(self.spark, coordinator_path(state.path))
+            self._tables[state.table_id] = (state.path, stream_table)
         else:
-            table = entry[1]
-            table.refresh()
-        return str(table.operations().current().metadataFileLocation())
+            stream_table = entry[1]
+            stream_table.refresh()
+        return str(stream_table.operations().current().metadataFileLocation())
 
     def due_unchanged(self, states: Iterable[TableState], now: datetime,
                       maintenance_wanted: Callable[[int, datetime], bool]) -> tuple[set[int], dict[int, str]]:

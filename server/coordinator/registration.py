@@ -12,13 +12,12 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from tierlake.server.catalog.table_path import TablePath, parse_table_path
+from tierlake.server.catalog.table_path import TablePath, load_table, parse_table_path
 from tierlake.server.coordinator import state_machine as sm
 from tierlake.server.coordinator.coordinator import STATE_TABLE
 from tierlake.server.coordinator.state_machine import Status, TableState
 from tierlake.server.exceptions import NoSuchTableError
 from tierlake.server.runtime.jvm import string_map
-from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.state.state_table import SmallTable
 
 if TYPE_CHECKING:
@@ -48,7 +47,7 @@ def status_row(s: TableState) -> tuple:
 
 def iceberg_properties(spark: Any, path: TablePath) -> dict[str, str]:
     """The table's properties, read through Iceberg's API (no SQL text involved)."""
-    return string_map(iceberg_table(spark, path.quoted).properties())
+    return string_map(load_table(spark, path).properties())
 
 
 def tiering_properties(all_props: dict[str, str]) -> dict[str, str]:
@@ -113,7 +112,7 @@ def register_table(
     atomic CTAS filled both), so the first round starts after it.
     """
     props = iceberg_properties(ctx.spark, path)
-    stream_uuid = str(iceberg_table(ctx.spark, path.quoted).uuid())
+    stream_uuid = str(load_table(ctx.spark, path).uuid())
     coord = coordinator(ctx)
 
     def change(states: dict[int, TableState], now: datetime):

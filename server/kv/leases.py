@@ -22,10 +22,9 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.catalog.table_path import TablePath, load_table
 from tierlake.server.exceptions import InvalidArgumentError, UnsupportedFeatureError
 from tierlake.server.kv.snapshot_catalog import KvCatalog, kv_table_of, primary_key_spec
-from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.state import migrations
 from tierlake.server.state.state_table import SmallTable
 
@@ -202,7 +201,7 @@ class Leases:
         """Tag the snapshot until ``expires``; False if it no longer exists."""
         if kv_table is None or not self.spark.catalog.tableExists(kv_table.quoted):
             return False
-        table = iceberg_table(self.spark, kv_table.quoted)
+        table = load_table(self.spark, kv_table)
         snapshot = table.snapshot(snapshot_id)
         if snapshot is None:
             return False
@@ -227,7 +226,7 @@ class Leases:
             kv_table = TablePath(*kv_name.split(".", 1))
             if not self.spark.catalog.tableExists(kv_table.quoted):
                 continue
-            table = iceberg_table(self.spark, kv_table.quoted)
+            table = load_table(self.spark, kv_table)
             refs = {str(n) for n in table.refs().keySet()}
             manage, changed = table.manageSnapshots(), False
             for lease_id in {lease for lease, kv in pairs if kv == kv_name}:

@@ -24,14 +24,13 @@ from typing import Any
 from tierlake.server.catalog import properties as P
 from tierlake.server.catalog.properties import LAKE_TABLE_PROPERTY
 from tierlake.server.catalog.spec import TieredSpec
-from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.catalog.table_path import TablePath, load_table
 from tierlake.server.changelog import fresh_view
 from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.planner import MAINTENANCE, lake_position
 from tierlake.server.config.durations import parse_duration
 from tierlake.server.kv import snapshot_catalog as kv
 from tierlake.server.kv.leases import Leases
-from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.kv")
 
@@ -62,7 +61,7 @@ def retention_bound(spark: Any, stream: TablePath, props: dict[str, str], now: d
     lake = _lake(props)
     if lake is None or not spark.catalog.tableExists(lake.quoted):
         return 0
-    return needed_after(spark, stream, props, lake_position(iceberg_table(spark, lake.quoted))[0], now)
+    return needed_after(spark, stream, props, lake_position(load_table(spark, lake))[0], now)
 
 
 def needed_after(spark: Any, stream: TablePath, props: dict[str, str], tiered: int, now: datetime) -> int:
@@ -104,23 +103,23 @@ def apply(spark: Any, stream: TablePath, now: datetime | None = None) -> Truncat
                 return result
             if pin is not None:
                 bound = min(bound, pin)
-        table = iceberg_table(spark, stream.quoted)
+        stream_table = load_table(spark, stream)
         # The newest commit within the bound that is older than the TTL.
-        snapshot, new_start = table.currentSnapshot(), 0
+        snapshot, new_start = stream_table.currentSnapshot(), 0
         while snapshot is not None:
             if int(snapshot.sequenceNumber()) <= bound and int(snapshot.timestampMillis()) <= cutoff_ms:
                 new_start = int(snapshot.sequenceNumber())
                 break
             parent = snapshot.parentId()
-            snapshot = table.snapshot(parent) if parent is not None else None
+            snapshot = stream_table.snapshot(parent) if parent is not None else None
         if new_start <= start:
             return result
         # The log start first: a crash before the delete leaves a conservative
         # start, never a log that silently misses data.
-        table.updateProperties().set(P.LOG_START_PROPERTY, str(new_start)).commit()
-        table = iceberg_table(spark, stream.quoted)
+        stream_table.updateProperties().set(P.LOG_START_PROPERTY, str(new_start)).commit()
+        stream_table = load_table(spark, stream)
         # DataFile objects, not paths: they carry the data sequence number.
-        delete, planned = table.newDelete(), table.newScan().planFiles()
+        delete, planned = stream_table.newDelete(), stream_table.newScan().planFiles()
         try:
             tasks = planned.iterator()
             while tasks.hasNext():
@@ -136,10 +135,10 @@ def apply(spark: Any, stream: TablePath, now: datetime | None = None) -> Truncat
             delete.set(P.LOG_START_PROPERTY, str(new_start))
             delete.commit()
         result.log_start_position = new_start
-        table = iceberg_table(spark, stream.quoted)
-        old = [int(s.snapshotId()) for s in table.snapshots() if int(s.sequenceNumber()) < new_start]
+        stream_table = load_table(spark, stream)
+        old = [int(s.snapshotId()) for s in stream_table.snapshots() if int(s.sequenceNumber()) < new_start]
         if old:
-            expire = table.expireSnapshots().expireOlderThan(0)
+            expire = stream_table.expireSnapshots().expireOlderThan(0)
             for sid in old:
                 expire = expire.expireSnapshotId(sid)
             expire.commit()

@@ -13,12 +13,11 @@ from datetime import datetime
 from typing import Any
 
 from tierlake.server.catalog import properties as P
-from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.catalog.table_path import TablePath, load_table
 from tierlake.server.exceptions import InvalidArgumentError
 from tierlake.server.kv.leases import Leases
 from tierlake.server.kv.snapshot_catalog import NUM_RETAINED, KvCatalog, KvSnapshot, table_lock, utcnow
 from tierlake.server.runtime.jvm_errors import Kind, is_
-from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.kv")
 
@@ -79,7 +78,7 @@ def _expire_in_iceberg(spark: Any, snap: KvSnapshot) -> bool:
     kv = TablePath(*snap.kv_table.split(".", 1))
     if not spark.catalog.tableExists(kv.quoted):
         return True
-    table = iceberg_table(spark, kv.quoted)
+    table = load_table(spark, kv)
     if table.snapshot(snap.snapshot_id) is None:
         return True  # already gone (an external expire_snapshots)
     try:

@@ -29,9 +29,8 @@ from tierlake.server.catalog.properties import (  # noqa: F401 - the kv package'
     SNAPSHOT_INTERVAL,
 )
 from tierlake.server.catalog.spec import TieredSpec
-from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.catalog.table_path import TablePath, load_table
 from tierlake.server.exceptions import InvalidArgumentError, NoSuchTableError
-from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.state.state_table import SmallTable
 
 log = logging.getLogger("tierlake.kv")
@@ -79,7 +78,7 @@ class KvSnapshot:
 def properties(spark: Any, stream: TablePath) -> dict[str, str]:
     if not spark.catalog.tableExists(stream.quoted):
         raise NoSuchTableError(f"table {stream} does not exist")
-    return {str(k): str(v) for k, v in dict(iceberg_table(spark, stream.quoted).properties()).items()}
+    return {str(k): str(v) for k, v in dict(load_table(spark, stream).properties()).items()}
 
 
 def primary_key_spec(spark: Any, stream: TablePath) -> tuple[dict[str, str], TieredSpec]:

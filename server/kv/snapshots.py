@@ -22,12 +22,12 @@ from typing import Any
 from tierlake.server.catalog import properties as P
 from tierlake.server.catalog.columns import table_columns
 from tierlake.server.catalog.spec import TieredSpec
-from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.catalog.table_path import TablePath, load_table
 from tierlake.server.catalog.tiered_tables import create_lake_table
 from tierlake.server.changelog import lake_write
 from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.planner import range_chunk, summary
-from tierlake.server.exceptions import InvalidArgumentError, TieringGuardError
+from tierlake.server.exceptions import InvalidArgumentError, NoSuchTableError, TieringGuardError
 from tierlake.server.kv.snapshot_catalog import (
     KV_OF_PROPERTY,
     KV_POSITION,
@@ -39,19 +39,17 @@ from tierlake.server.kv.snapshot_catalog import (
     KvSnapshot,
     kv_table_name,
     kv_table_of,
-    primary_key_spec,
     require_primary_key,
     table_lock,
 )
 from tierlake.server.runtime import iceberg_actions as im
 from tierlake.server.runtime.jvm import string_map
-from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.kv")
 
 VIEW_PREFIX = "__tierlake_kv"
 
-__all__ = ["VIEW_PREFIX", "compact_kv_table", "take_snapshot"]
+__all__ = ["VIEW_PREFIX", "compact_kv_table", "take_snapshot", "take_snapshot_of"]
 # A KV table is compacted once it has this many data files or any delete
 # file: each snapshot's MERGE adds up to a file and a delete file per bucket.
 KV_COMPACT_MIN_FILES = 5
@@ -64,16 +62,16 @@ def _ensure_kv_table(spark: Any, stream: TablePath, props: dict[str, str], spec:
     kv = kv or kv_table_name(stream)
     columns = table_columns(spark, stream)
     create_lake_table(spark, stream, kv, columns, TieredSpec(spec.primary_key, spec.buckets, spec.sequence_by, []))
-    iceberg_table(spark, kv.quoted).updateProperties().set("history.expire.max-snapshot-age-ms", NEVER_MS) \
+    load_table(spark, kv).updateProperties().set("history.expire.max-snapshot-age-ms", NEVER_MS) \
         .set(KV_OF_PROPERTY, str(stream)).commit()
-    iceberg_table(spark, stream.quoted).updateProperties().set(KV_TABLE_PROPERTY, str(kv)).commit()
+    load_table(spark, stream).updateProperties().set(KV_TABLE_PROPERTY, str(kv)).commit()
     log.info("created KV table %s for %s", kv, stream)
     return kv
 
 
 def _newest_in_kv_table(spark: Any, kv: TablePath) -> tuple[int, int | None, Any]:
     """``(log position, stream snapshot id, Iceberg snapshot)`` of the KV table's current state."""
-    current = iceberg_table(spark, kv.quoted).currentSnapshot()
+    current = load_table(spark, kv).currentSnapshot()
     if current is None:
         return 0, None, None
     s = summary(current)
@@ -83,23 +81,26 @@ def _newest_in_kv_table(spark: Any, kv: TablePath) -> tuple[int, int | None, Any
     return int(s[KV_POSITION]), int(s[KV_STREAM_SNAPSHOT]), current
 
 
-def take_snapshot(spark: Any, stream: TablePath, catalog: KvCatalog | None = None,
-                  table: TableHandle | None = None) -> tuple[KvSnapshot, bool]:
-    """A KV snapshot at the stream's current end: ``(snapshot, created)``.
+def take_snapshot(spark: Any, stream: TablePath, catalog: KvCatalog | None = None) -> tuple[KvSnapshot, bool]:
+    """:func:`take_snapshot_of` for a caller that holds no handle of the table (``sys.kv_snapshot``,
+    periodic KV maintenance)."""
+    if not spark.catalog.tableExists(stream.quoted):
+        raise NoSuchTableError(f"table {stream} does not exist")
+    return take_snapshot_of(TableHandle.of(spark, None, stream), catalog)
+
+
+def take_snapshot_of(handle: TableHandle, catalog: KvCatalog | None = None) -> tuple[KvSnapshot, bool]:
+    """A KV snapshot of the handle's table at its stream's current end: ``(snapshot, created)``.
 
     Nothing new since the newest snapshot → that one, ``created = False``.
-    ``table``: the stream's handle when the caller holds one (a round's
-    maintenance); its stream table, refreshed, is the one read.
+    The handle's stream table is the one read, refreshed (a round's maintenance passes the round's).
     """
+    spark, stream = handle.spark, handle.stream
     catalog = catalog or KvCatalog(spark)
     with table_lock(stream):
-        if table is None:
-            props, spec = primary_key_spec(spark, stream)
-            stream_table = iceberg_table(spark, stream.quoted)
-        else:
-            stream_table = table.fresh_stream()
-            props = string_map(stream_table.properties())
-            spec = require_primary_key(stream, props)
+        stream_table = handle.fresh_stream()
+        props = string_map(stream_table.properties())
+        spec = require_primary_key(stream, props)
         head = stream_table.currentSnapshot()
         if head is None:
             raise InvalidArgumentError(f"stream table {stream} has no commits yet: there is no state to snapshot")
@@ -116,8 +117,7 @@ def take_snapshot(spark: Any, stream: TablePath, catalog: KvCatalog | None = Non
                 f"the changelog of {stream} before position {props[LOG_START_PROPERTY]} was removed by log "
                 f"retention and the KV table {kv} does not reach it: the state cannot be rebuilt")
         # The changelog goes into the KV table the way a round writes it into the lake.
-        into_kv = TableHandle(spark, stream, kv, stream_table=stream_table, properties=props, spec=spec,
-                              config=None if table is None else table.config)
+        into_kv = TableHandle.loaded(spark, stream, kv, stream_table, config=handle.config)
         columns = lake_write.sync_lake_schema(into_kv)
         changes = range_chunk(stream_table, start_id, start, head)
         props_out = {KV_POSITION: str(end), KV_STREAM_SNAPSHOT: str(head_id), P.COMMIT_USER: lake_write.COMMIT_USER}
@@ -150,7 +150,7 @@ def compact_kv_table(spark: Any, stream: TablePath, kv: TablePath,
     with table_lock(stream):
         if not spark.catalog.tableExists(kv.quoted):
             return None
-        kv_table = iceberg_table(spark, kv.quoted)
+        kv_table = load_table(spark, kv)
         files, deletes = im.data_file_counts(kv_table)
         if files < KV_COMPACT_MIN_FILES and not deletes:
             return None

@@ -22,6 +22,7 @@ from tierlake.server.catalog import properties as P
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.changelog import fresh_view
+from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.kv import log_retention as logretention
 from tierlake.server.kv import snapshot_catalog as kv
 from tierlake.server.kv.retention import expire, num_retained
@@ -42,7 +43,7 @@ def maintain(spark: Any, config: Any, stream: TablePath, registered_at: datetime
     if lake:
         # A stream column renamed on an idle or Failed table: its fresh view names the old column.
         try:
-            if fresh_view.repin_if_schema_changed(spark, stream, TablePath(*lake.split(".", 1))):
+            if fresh_view.repin_if_schema_changed(TableHandle(spark, stream, TablePath(*lake.split(".", 1)), config)):
                 done.append("fresh view re-pinned")
         except Exception:
             log.warning("could not check the fresh view of %s", stream, exc_info=True)

@@ -77,7 +77,7 @@ from tierlake.server.ingest.jvm import STREAM_INGEST
 from tierlake.server.kv import snapshot_catalog as kv
 from tierlake.server.kv.log_retention import needed_after
 from tierlake.server.kv.snapshot_catalog import kv_table_of
-from tierlake.server.kv.snapshots import compact_kv_table, take_snapshot
+from tierlake.server.kv.snapshots import compact_kv_table, take_snapshot_of
 from tierlake.server.maintenance.kv_tables import snapshot_interval
 from tierlake.server.observability import metrics
 from tierlake.server.runtime import iceberg_actions as im
@@ -141,16 +141,16 @@ def _timed(kind: str, target: TablePath, body: Callable[[Action], None]) -> Acti
 
 
 def compact_lake(handle: TableHandle, action: Action) -> None:
-    table = handle.fresh_lake()
-    files, deletes = im.data_file_counts(table)
+    lake_table = handle.fresh_lake()
+    files, deletes = im.data_file_counts(lake_table)
     if files < COMPACT_MIN_FILES and not deletes:
         action.detail = f"skipped: {files} data file(s), no delete files"
         return
-    tiering = newest_tiering_snapshot(table)
+    tiering = newest_tiering_snapshot(lake_table)
     carried = {k: v for k, v in _summary(tiering).items() if k.startswith(TIERING_SUMMARY_PREFIX)} if tiering else {}
     # The tiered position is carried only when nothing was committed after
     # the tiering snapshot (a user's commit in between keeps its own meaning).
-    if tiering is None or int(tiering.snapshotId()) != int(table.currentSnapshot().snapshotId()):
+    if tiering is None or int(tiering.snapshotId()) != int(lake_table.currentSnapshot().snapshotId()):
         carried = {}
     # use-starting-sequence-number off: the rewritten files get the rewrite's own
     # sequence number, newer than every delete file, so remove-dangling-deletes
@@ -158,7 +158,7 @@ def compact_lake(handle: TableHandle, action: Action) -> None:
     # snapshot's number, and the deletes of that snapshot (the last round's
     # MERGE) stayed: "delete files 8 -> 4". Safe here: no round of the table
     # runs during its maintenance, and a conflicting user DELETE fails the rewrite.
-    done = im.compact(handle.spark, table, {
+    done = im.compact(handle.spark, lake_table, {
         "min-input-files": str(COMPACT_MIN_FILES), "delete-file-threshold": "1",
         "remove-dangling-deletes": "true", "use-starting-sequence-number": "false"},
         {**carried, P.MAINTENANCE: "compaction"})
@@ -169,8 +169,8 @@ def compact_lake(handle: TableHandle, action: Action) -> None:
 
 
 def compact_stream(handle: TableHandle, action: Action) -> None:
-    table = handle.fresh_stream()
-    files, deletes = im.data_file_counts(table)
+    stream_table = handle.fresh_stream()
+    files, deletes = im.data_file_counts(stream_table)
     if deletes:
         action.detail = f"skipped: {deletes} delete file(s) from a user change (see sys.drop_stream_commit)"
         return
@@ -197,16 +197,16 @@ def expire_lake(handle: TableHandle, max_age_ms: int, keep: int, action: Action)
     except Exception:  # the snapshot it still pins is kept below
         log.warning("could not re-pin the fresh view of %s before expiring %s", handle.stream, handle.lake,
                     exc_info=True)
-    table = handle.fresh_lake()
+    lake_table = handle.fresh_lake()
     cutoff = int(time.time() * 1000) - max_age_ms
-    tiering = newest_tiering_snapshot(table)
+    tiering = newest_tiering_snapshot(lake_table)
     if tiering is not None:
         cutoff = min(cutoff, int(tiering.timestampMillis()))
     pinned = fresh_view.pinned_lake_snapshot(handle)
-    if pinned is not None and table.snapshot(pinned) is not None:
+    if pinned is not None and lake_table.snapshot(pinned) is not None:
         # Iceberg expires snapshots strictly older than the cutoff: the pinned one and newer stay.
-        cutoff = min(cutoff, int(table.snapshot(pinned).timestampMillis()))
-    action.snapshots_expired = im.expire_snapshots(handle.spark, table, cutoff, keep)
+        cutoff = min(cutoff, int(lake_table.snapshot(pinned).timestampMillis()))
+    action.snapshots_expired = im.expire_snapshots(handle.spark, lake_table, cutoff, keep)
     action.detail = f"{im.snapshot_count(handle.fresh_lake())} snapshot(s) kept"
 
 
@@ -231,8 +231,8 @@ def expire_stream(handle: TableHandle, position: int, max_age_ms: int, keep: int
         return
     tiered = lake_position(handle.fresh_lake())[0]
     bound = min(position, needed_after(spark, stream, props, tiered, datetime.now(timezone.utc)))
-    table = handle.locking_stream
-    ancestry = _ancestry(spark, table)
+    stream_table = handle.locking_stream
+    ancestry = _ancestry(spark, stream_table)
     needed = next((s for s in ancestry if s.sequence_number <= bound), None)
     if needed is None:
         action.snapshots_expired = 0
@@ -261,9 +261,9 @@ def expire_stream(handle: TableHandle, position: int, max_age_ms: int, keep: int
     keep_for = ledger.retention(handle.config)
 
     def record(removed: Any) -> None:
-        recorded.append(ledger.record_expiring(spark, table, removed, keep_for))
+        recorded.append(ledger.record_expiring(spark, stream_table, removed, keep_for))
 
-    action.snapshots_expired = im.expire_snapshots(spark, table, cutoff, keep, before_commit=record)
+    action.snapshots_expired = im.expire_snapshots(spark, stream_table, cutoff, keep, before_commit=record)
     kept = im.snapshot_count(handle.fresh_stream())
     action.detail = f"kept position {bound} and after; {kept} snapshot(s) kept"
     if recorded and recorded[0]:
@@ -293,13 +293,13 @@ def kv_snapshot_for_bound(handle: TableHandle, position: int, action: Action) ->
     if held <= most:
         action.detail = f"skipped: {held} tiered stream snapshot(s) after the newest KV snapshot"
         return
-    snap, created = take_snapshot(spark, stream, catalog, handle)
+    snap, created = take_snapshot_of(handle, catalog)
     action.detail = (f"KV snapshot {snap.snapshot_id} at position {snap.log_position}: {held} tiered stream "
                      f"snapshot(s) were held back (more than {most})" if created else "nothing new")
 
 
-def compact_kv(handle: TableHandle, kv_table: TablePath, action: Action) -> None:
-    done = compact_kv_table(handle.spark, handle.stream, kv_table)
+def compact_kv(handle: TableHandle, kv_path: TablePath, action: Action) -> None:
+    done = compact_kv_table(handle.spark, handle.stream, kv_path)
     if done is None:
         action.detail = "skipped: nothing to compact"
         return
@@ -307,59 +307,64 @@ def compact_kv(handle: TableHandle, kv_table: TablePath, action: Action) -> None
     action.detail = f"data files {done[0]} rewritten into {done[1]}"
 
 
-def maintain(table: TableHandle, position: int, orphans: bool = True) -> list[Action]:
+def maintain(handle: TableHandle, position: int, orphans: bool = True) -> list[Action]:
     """Run every action on the handle's table; see the module docstring."""
-    stream, lake, props = table.stream, table.lake, table.properties
+    stream, lake, props = handle.stream, handle.lake, handle.properties
     max_age_ms = int(P.read(props, P.SNAPSHOT_MAX_AGE).total_seconds() * 1000)
     keep = P.read(props, P.SNAPSHOT_MIN_RETAINED)
     compaction = P.read(props, P.AUTO_COMPACTION)
     actions = []
     # Users' INSERTs commit to the stream, each writing a new metadata.json:
     # without these properties Iceberg keeps every one of them.
-    for target, loaded in ((lake, table.fresh_lake), (stream, table.fresh_stream)):
+    for target, loaded in ((lake, handle.fresh_lake), (stream, handle.fresh_stream)):
         try:
             im.bound_metadata(loaded())
         except Exception:
             log.warning("could not set metadata properties of %s", target, exc_info=True)
     if compaction:
-        actions.append(_timed("compaction", lake, lambda a: compact_lake(table, a)))
-    actions.append(_timed("expire_snapshots", lake, lambda a: expire_lake(table, max_age_ms, keep, a)))
+        actions.append(_timed("compaction", lake, lambda a: compact_lake(handle, a)))
+    actions.append(_timed("expire_snapshots", lake, lambda a: expire_lake(handle, max_age_ms, keep, a)))
     if orphans:
         actions.append(_timed("orphan_files", lake,
-                              lambda a: remove_orphans(table.spark, table.fresh_lake(), ORPHAN_MIN_AGE_MS, a)))
+                              lambda a: remove_orphans(handle.spark, handle.fresh_lake(), ORPHAN_MIN_AGE_MS, a)))
     if compaction:
-        actions.append(_timed("stream_compaction", stream, lambda a: compact_stream(table, a)))
-    if table.spec.is_primary_key:
-        actions.append(_timed("kv_snapshot", stream, lambda a: kv_snapshot_for_bound(table, position, a)))
+        actions.append(_timed("stream_compaction", stream, lambda a: compact_stream(handle, a)))
+    if handle.spec.is_primary_key:
+        actions.append(_timed("kv_snapshot", stream, lambda a: kv_snapshot_for_bound(handle, position, a)))
         # Read again: the snapshot just taken may have created the KV table.
-        kv_table = kv_table_of(table.current_properties())
-        if compaction and kv_table is not None:
-            actions.append(_timed("kv_compaction", kv_table, lambda a: compact_kv(table, kv_table, a)))
+        kv_path = kv_table_of(handle.current_properties())
+        if compaction and kv_path is not None:
+            actions.append(_timed("kv_compaction", kv_path, lambda a: compact_kv(handle, kv_path, a)))
     actions.append(_timed("stream_expire_snapshots", stream,
-                          lambda a: expire_stream(table, position, max_age_ms, keep, a)))
+                          lambda a: expire_stream(handle, position, max_age_ms, keep, a)))
     if orphans:
         actions.append(_timed("stream_orphan_files", stream,
-                              lambda a: remove_orphans(table.spark, table.fresh_stream(), STREAM_ORPHAN_MIN_AGE_MS,
+                              lambda a: remove_orphans(handle.spark, handle.fresh_stream(), STREAM_ORPHAN_MIN_AGE_MS,
                                                        a)))
     return actions
 
 
-def after_round(table: TableHandle, client: Any, position: int) -> list[Action] | None:
+def _assigned(handle: TableHandle) -> dict[str, Any]:
+    """The handle's assignment as the maintenance procedures take it."""
+    assignment = handle.assignment
+    return {"job_id": assignment.job_id, "table_id": assignment.table_id, "tiering_epoch": assignment.epoch}
+
+
+def after_round(handle: TableHandle, client: Any, position: int) -> list[Action] | None:
     """The worker's hook between a round and its report: maintenance of the handle's table if due.
 
     Never raises: maintenance never fails a round."""
-    stream = table.stream
+    stream = handle.stream
     try:
-        counts = table.data_files()  # the stream's and the lake's live data files as the round saw them
+        counts = handle.data_files()  # the stream's and the lake's live data files as the round saw them
         files = {} if counts is None else {"stream_data_files": counts[0], "lake_data_files": counts[1]}
-        rows = client.call("maintenance_due", job_id=table.job_id, table_id=table.table_id,
-                           tiering_epoch=table.epoch, **files)
+        rows = client.call("maintenance_due", **_assigned(handle), **files)
         due, trigger, run_id, orphans = rows[0][0], rows[0][1], rows[0][2], rows[0][3]
         if not due:
             return None
         started = time.monotonic()
-        actions = maintain(table, position, orphans=bool(orphans))
-        client.call("record_maintenance", job_id=table.job_id, table_id=table.table_id, tiering_epoch=table.epoch,
+        actions = maintain(handle, position, orphans=bool(orphans))
+        client.call("record_maintenance", **_assigned(handle),
                     run_id=run_id, run_trigger=trigger, actions=[asdict(a) for a in actions])
         metrics.maintenance_ran(stream, actions)
         log.info("maintenance of %s (%s, %.1f s): %s", stream, trigger, time.monotonic() - started,

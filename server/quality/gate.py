@@ -25,15 +25,16 @@ log = logging.getLogger("tierlake.quality")
 
 class QualityGate:
     def __init__(self, plan: Any):
-        table = plan.table  # the round's handle (server/changelog/handle.py)
-        self.spark, self.plan, self.table_id, self.epoch = table.spark, plan, table.table_id, table.epoch
+        handle = plan.handle  # the round's (server/changelog/handle.py): the gate reads its tables
+        self.spark, self.plan = handle.spark, plan
+        self.table_id, self.epoch = handle.assignment.table_id, handle.assignment.epoch
         # Table id 0 is an atomic CTAS filling its staged tables (server/ctas.py):
         # they have no expectations yet, and the statement is all-or-nothing anyway.
         self.mode = plan.spec.quality if self.table_id > 0 else "off"
 
     def _target(self, ref: str, position: int, stream_snapshot_id: int | None, trigger: str) -> suite.Target:
-        return suite.Target(self.table_id, self.plan.stream, self.plan.lake, self.plan.spec, position,
-                            stream_snapshot_id, ref=ref, trigger=trigger, epoch=self.epoch)
+        return suite.Target(self.table_id, self.plan.handle, position, stream_snapshot_id, ref=ref, trigger=trigger,
+                            epoch=self.epoch)
 
     def before_publish(self, branch: str, chunk: Any) -> None:
         """block: validate the branch holding the chunk; raise instead of publishing a failure."""

@@ -50,8 +50,8 @@ from typing import Any
 from tierlake import sql
 from tierlake.server.catalog import field_ids, reads
 from tierlake.server.catalog.properties import LOG_START_PROPERTY, MAINTENANCE, SOURCE_POSITION
-from tierlake.server.catalog.spec import CHANGE_TYPE, CHANGE_TYPES, TieredSpec
-from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.catalog.spec import CHANGE_TYPE, CHANGE_TYPES
+from tierlake.server.catalog.table_path import TablePath, load_table
 from tierlake.server.changelog import lake_schema, lake_write, validation
 from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.lake_schema import Carried
@@ -59,7 +59,6 @@ from tierlake.server.changelog.planner import Chunk, range_chunk, summary
 from tierlake.server.changelog.positions import snapshot_at
 from tierlake.server.quality import gx
 from tierlake.server.runtime.jvm import string_map
-from tierlake.server.runtime.session import iceberg_table
 
 log = logging.getLogger("tierlake.quality")
 
@@ -146,8 +145,8 @@ def _reaches(stream_table: Any, head: Any, position: int, snapshot_id: int | Non
     return snapshot is not None and snapshot_id is not None and int(snapshot.snapshotId()) == snapshot_id
 
 
-def _source(spark: Any, stream: TablePath, spec: TieredSpec, stream_table: Any, position: int,
-            kv_bases: Iterable[KvBase]) -> _Source:
+def _source(handle: TableHandle, position: int, kv_bases: Iterable[KvBase]) -> _Source:
+    spark, stream, spec, stream_table = handle.spark, handle.stream, handle.spec, handle.stream_table
     if position <= 0:
         return _Source("nothing tiered yet (the lake must be empty)")
     log_start = int(string_map(stream_table.properties()).get(LOG_START_PROPERTY) or 0)
@@ -167,7 +166,7 @@ def _source(spark: Any, stream: TablePath, spec: TieredSpec, stream_table: Any, 
         kv = TablePath(*base.kv_table.split(".", 1))
         if not spark.catalog.tableExists(kv.quoted):
             continue
-        if iceberg_table(spark, kv.quoted).snapshot(base.snapshot_id) is None:
+        if load_table(spark, kv).snapshot(base.snapshot_id) is None:
             continue
         if not _reaches(stream_table, head, base.log_position, base.stream_snapshot_id):
             continue
@@ -187,7 +186,7 @@ def _kv_rows(spark: Any, stream_table: Any, base: KvBase, columns: list[Carried]
     from pyspark.sql import functions as F
 
     kv = TablePath(*base.kv_table.split(".", 1))
-    kv_table = iceberg_table(spark, kv.quoted)
+    kv_table = load_table(spark, kv)
     names = {c.field_id: c.name for c in lake_schema.carried_columns(spark, stream_table, kv_table)
              if c.field_id is not None}
     wanted = {c.name: (names.get(c.field_id) if c.field_id is not None else None, c.type) for c in columns}
@@ -248,19 +247,20 @@ def _samples(first: str | None, last: str | None) -> list[Any]:
     return out
 
 
-def compare(spark: Any, stream: TablePath, lake: TablePath, spec: TieredSpec, lake_snapshot_id: int | None,
-            position: int, kv_bases: Iterable[KvBase] = ()) -> Diff:
-    """The lake as of ``lake_snapshot_id`` (None: no snapshot, no rows) against the stream up to ``position``."""
+def compare(handle: TableHandle, lake_snapshot_id: int | None, position: int,
+            kv_bases: Iterable[KvBase] = ()) -> Diff:
+    """The handle's lake as of ``lake_snapshot_id`` (None: no snapshot, no rows) against its stream up to
+    ``position``, read from the handle's tables as they are (the caller refreshed the lake: suite.run)."""
     from pyspark.sql import functions as F
 
-    stream_table = iceberg_table(spark, stream.quoted)
-    lake_table = iceberg_table(spark, lake.quoted)
+    spark, stream, lake, spec = handle.spark, handle.stream, handle.lake, handle.spec
+    stream_table, lake_table = handle.stream_table, handle.lake_table
     carried = lake_schema.carried_columns(spark, stream_table, lake_table)
     columns = [c for c in carried if c.field_id is not None]
     not_compared = [c.name for c in carried if c.field_id is None]
     diff = Diff(UNVERIFIABLE, position, not_compared=not_compared)
     try:
-        source = _source(spark, stream, spec, stream_table, position, kv_bases)
+        source = _source(handle, position, kv_bases)
     except _Unverifiable as e:
         diff.reason = str(e)
         return diff
@@ -268,7 +268,6 @@ def compare(spark: Any, stream: TablePath, lake: TablePath, spec: TieredSpec, la
     names = [c.name for c in columns]
     suffix = uuid.uuid4().hex[:12]
     views = {k: f"{VIEW_PREFIX}_{k}_{suffix}" for k in ("delta", "files", "lake")}
-    handle = TableHandle(spark, stream, lake, stream_table=stream_table, lake_table=lake_table, spec=spec)
     change_type = [lake_schema.change_type_column(stream_table)] if spec.is_primary_key else []
     try:
         lake_frame = _as_of(spark, lake, lake_table, lake_snapshot_id, {c.name: (c.name, c.type) for c in columns})

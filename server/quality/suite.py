@@ -33,10 +33,10 @@ from tierlake.server.catalog import reads
 from tierlake.server.catalog.properties import LAKE_TIERED_POSITION
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.planner import SOURCE_POSITION
 from tierlake.server.changelog.planner import summary as summary_of
 from tierlake.server.quality import gx, lake_diff
-from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.state.state_table import SmallTable
 
 log = logging.getLogger("tierlake.quality")
@@ -52,9 +52,7 @@ class Target:
     """What one run validates: a lake table (at ``main`` or a branch) against a stream position."""
 
     table_id: int | None
-    stream: TablePath
-    lake: TablePath
-    spec: TieredSpec
+    handle: TableHandle  # the table validated, read through its loaded tables (never loaded again here)
     position: int
     stream_snapshot_id: int | None = None  # the stream snapshot at ``position``, if known
     ref: str = "main"
@@ -62,6 +60,18 @@ class Target:
     epoch: int | None = None
     compare_stream: bool = False  # add tierlake_lake_equals_stream (sys.validate)
     kv_bases: tuple[lake_diff.KvBase, ...] = ()  # retained KV snapshots that comparison may start from
+
+    @property
+    def stream(self) -> TablePath:
+        return self.handle.stream
+
+    @property
+    def lake(self) -> TablePath:
+        return self.handle.lake
+
+    @property
+    def spec(self) -> TieredSpec:
+        return self.handle.spec
 
 
 @dataclass
@@ -101,13 +111,12 @@ def derived_expectations(spark: Any, target: Target) -> list[tuple[str, dict[str
     return out
 
 
-def stream_snapshot_at(spark: Any, stream: TablePath, position: int) -> int | None:
+def stream_snapshot_at(stream_table: Any, position: int) -> int | None:
     """The stream snapshot whose sequence number (log position) is ``position``."""
-    table = iceberg_table(spark, stream.quoted)
-    snapshot = table.currentSnapshot()
+    snapshot = stream_table.currentSnapshot()
     while snapshot is not None and int(snapshot.sequenceNumber()) > position:
         parent = snapshot.parentId()
-        snapshot = table.snapshot(parent) if parent is not None else None
+        snapshot = stream_table.snapshot(parent) if parent is not None else None
     return None if snapshot is None else int(snapshot.snapshotId())
 
 
@@ -115,7 +124,7 @@ def stream_rows(spark: Any, target: Target) -> int:
     """Rows of the (append-only) stream table up to the target's position."""
     if target.position <= 0:
         return 0
-    sid = target.stream_snapshot_id or stream_snapshot_at(spark, target.stream, target.position)
+    sid = target.stream_snapshot_id or stream_snapshot_at(target.handle.stream_table, target.position)
     if sid is None:
         return 0
     return reads.at_snapshot(spark, target.stream, sid).count()
@@ -128,18 +137,19 @@ def _lake_frame(spark: Any, target: Target) -> Any:
 
 
 def _lake_snapshot(spark: Any, target: Target) -> tuple[int | None, int]:
-    """``(snapshot id, tiered position recorded in its summaries)`` of the validated ref."""
-    table = iceberg_table(spark, target.lake.quoted)
-    snapshot = table.currentSnapshot() if target.ref == "main" else table.snapshot(target.ref)
+    """``(snapshot id, tiered position recorded in its summaries)`` of the validated ref: the handle's lake
+    table refreshed (a round's branch was written by Spark SQL, which the loaded table does not see)."""
+    lake_table = target.handle.fresh_lake()
+    snapshot = lake_table.currentSnapshot() if target.ref == "main" else lake_table.snapshot(target.ref)
     head = None if snapshot is None else int(snapshot.snapshotId())
     while snapshot is not None:
         summary = summary_of(snapshot)
         if SOURCE_POSITION in summary:
             return head, int(summary[SOURCE_POSITION])
         parent = snapshot.parentId()
-        snapshot = table.snapshot(parent) if parent is not None else None
+        snapshot = lake_table.snapshot(parent) if parent is not None else None
     # Compaction + expiry removed the summaries: the position every tiering commit also records as a property.
-    return head, int(dict(table.properties()).get(LAKE_TIERED_POSITION) or 0)
+    return head, int(dict(lake_table.properties()).get(LAKE_TIERED_POSITION) or 0)
 
 
 def run(spark: Any, target: Target, sample_size: int = DEFAULT_SAMPLE_SIZE) -> RunResult:
@@ -154,8 +164,7 @@ def run(spark: Any, target: Target, sample_size: int = DEFAULT_SAMPLE_SIZE) -> R
                                              position_ok, json.dumps(lake_position)))
     extra = 1
     if target.compare_stream and target.ref == "main":
-        diff = lake_diff.compare(spark, target.stream, target.lake, target.spec, snapshot_id, lake_position,
-                                 target.kv_bases)
+        diff = lake_diff.compare(target.handle, snapshot_id, lake_position, target.kv_bases)
         outcomes.insert(len(derived) + 1, diff.outcome())
         extra += 1
     result = RunResult(run_id, outcomes)

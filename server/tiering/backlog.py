@@ -25,9 +25,9 @@ import threading
 from datetime import datetime, timezone
 from typing import Any
 
+from tierlake.server.catalog.table_path import TablePath, coordinator_path, load_table
 from tierlake.server.observability import metrics
 from tierlake.server.runtime import periodic
-from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.state.state_table import SmallTable
 
 log = logging.getLogger("tierlake.tiering")
@@ -36,10 +36,10 @@ BACKLOG_TABLE = "sys.tiering_backlog"
 _DATA_OPERATIONS = ("append", "overwrite")
 
 
-def pending_commits(spark: Any, path: str, tiered_position: int | None) -> list[dict[str, Any]]:
+def pending_commits(spark: Any, stream: TablePath, tiered_position: int | None) -> list[dict[str, Any]]:
     """The stream table's append commits after ``tiered_position``, newest first."""
-    table = iceberg_table(spark, path)
-    snapshot = table.currentSnapshot()
+    stream_table = load_table(spark, stream)
+    snapshot = stream_table.currentSnapshot()
     floor = tiered_position or 0
     out = []
     while snapshot is not None and int(snapshot.sequenceNumber()) > floor:
@@ -52,14 +52,14 @@ def pending_commits(spark: Any, path: str, tiered_position: int | None) -> list[
                 "file_bytes": int(summary.get("added-files-size") or 0),
             })
         parent = snapshot.parentId()
-        snapshot = None if parent is None else table.snapshot(parent)
+        snapshot = None if parent is None else stream_table.snapshot(parent)
     return out
 
 
 def lake_totals(spark: Any, state: Any) -> tuple[int | None, int | None]:
     """``(data files, bytes)`` of the lake table's current snapshot, from its summary (metadata only)."""
     try:
-        snapshot = iceberg_table(spark, f"{state.lake_database}.{state.lake_table}").currentSnapshot()
+        snapshot = load_table(spark, TablePath(state.lake_database, state.lake_table)).currentSnapshot()
     except Exception:  # noqa: BLE001 - a lake not created yet (no round so far) has no totals
         return None, None
     if snapshot is None:
@@ -87,7 +87,7 @@ class BacklogProbe:
             probed: set[int] = set()
             for state in states.values():
                 try:
-                    commits = pending_commits(self.spark, state.path, state.tiered_position)
+                    commits = pending_commits(self.spark, coordinator_path(state.path), state.tiered_position)
                 except Exception as e:  # noqa: BLE001 - a dropped table must not stop the others
                     log.debug("backlog probe of %s failed: %s", state.path, e)
                     continue

@@ -38,7 +38,7 @@ from tierlake.server.catalog import properties as P
 from tierlake.server.catalog.columns import columns_of, struct_fields
 from tierlake.server.catalog.properties import validate
 from tierlake.server.catalog.spec import CHANGE_TYPE, TieredSpec, refuse_odd_struct_fields
-from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.catalog.table_path import TablePath, load_table
 from tierlake.server.catalog.tiered_tables import create_lake_table, create_stream_table, lake_path, stream_properties
 from tierlake.server.changelog import fresh_view
 from tierlake.server.changelog.handle import TableHandle
@@ -63,7 +63,7 @@ from tierlake.server.ingest.jvm import STREAM_INGEST
 from tierlake.server.runtime import faults, jvm_errors, operations
 from tierlake.server.runtime.jvm import jclass
 from tierlake.server.runtime.jvm_errors import Kind, is_
-from tierlake.server.runtime.session import activate, iceberg_table
+from tierlake.server.runtime.session import activate
 from tierlake.server.state.state_table import SmallTable
 from tierlake.server.tiering.round import run_round
 
@@ -163,7 +163,7 @@ def _owned(spark: Any, name: TablePath, location: str) -> bool:
     if not spark.catalog.tableExists(name.quoted):
         return False
     try:
-        return _location_key(str(iceberg_table(spark, name.quoted).location())) == _location_key(location)
+        return _location_key(str(load_table(spark, name).location())) == _location_key(location)
     except Exception:  # noqa: BLE001 - not an Iceberg table: certainly not ours
         return False
 
@@ -303,7 +303,7 @@ class TwoPhaseCreate:
                     "coalesce the keys). Nothing was created") from None
             raise
         faults.point("ctas-after-write")
-        head = iceberg_table(self.spark, self.staged_stream.quoted).currentSnapshot()
+        head = load_table(self.spark, self.staged_stream).currentSnapshot()
         self.rows = 0 if head is None else int(dict(head.summary()).get("added-records", 0))
 
         def check() -> None:
@@ -311,10 +311,9 @@ class TwoPhaseCreate:
                 raise OperationCancelledError("the statement was cancelled")
 
         # All or nothing: the staged rows in one commit, however long it takes.
-        staged = TableHandle(self.spark, self.staged_stream, self.staged_lake, job_id=f"ctas-{self.ctas_id}",
-                             config=self.ctx.config, spec=self.spec,
-                             overrides={P.MAX_ROUND: None, P.CHUNK_ROWS: 1 << 62})
-        result = run_round(plan_round(staged), check_epoch=check)
+        handle = TableHandle.staged(self.spark, self.ctx.config, self.staged_stream, self.staged_lake, self.spec,
+                                    f"ctas-{self.ctas_id}")
+        result = run_round(plan_round(handle), check_epoch=check)
         self.position = result.end_position
         # Before anything is renamed: recovery registers at this position.
         self.journal.advance(self.ctas_id, WRITTEN, tiered_position=self.position)
@@ -451,10 +450,10 @@ def _committed_before(ctx: Any, create: TwoPhaseCreate) -> bool:
     if create.request_key is None:
         return False
     try:
-        table = iceberg_table(ctx.spark, create.target.quoted)
+        stream_table = load_table(ctx.spark, create.target)
     except Exception:  # noqa: BLE001 - not an Iceberg table: not this statement's
         return False
-    return bool(jclass(STREAM_INGEST, ctx.spark.sparkContext._jvm).committedKey(table, create.request_key))
+    return bool(jclass(STREAM_INGEST, ctx.spark.sparkContext._jvm).committedKey(stream_table, create.request_key))
 
 
 def _answered_again(ctx: Any, create: TwoPhaseCreate) -> list[tuple]:

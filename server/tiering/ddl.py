@@ -38,7 +38,7 @@ from tierlake.server.catalog import properties as table_properties
 from tierlake.server.catalog.columns import table_columns
 from tierlake.server.catalog.properties import ENABLED, FRESH_VIEW_PROPERTY
 from tierlake.server.catalog.spec import Column, TieredSpec, refuse_odd_field_names
-from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.catalog.table_path import TablePath, load_table
 from tierlake.server.catalog.tiered_tables import (
     T_CREATE_DATABASE,
     T_DROP_DATABASE,
@@ -60,7 +60,7 @@ from tierlake.server.coordinator.registration import (
 from tierlake.server.coordinator.state_machine import Status
 from tierlake.server.exceptions import TableExistsError, TieredDdlError, TierlakeError
 from tierlake.server.runtime import jvm_errors
-from tierlake.server.runtime.session import iceberg_table
+from tierlake.server.runtime.jvm import string_map
 from tierlake.server.sqlapi.context import Context
 from tierlake.server.tiering.ctas import RESULT_COLUMNS, T_RENAME, create_table_as
 from tierlake.server.tiering.leftover import refuse_leftover_lake
@@ -303,20 +303,20 @@ def alter(ctx: Context, alter: TieringAlter, statement: str, user: str | None = 
     return DdlResult(NO_COLUMNS, [])
 
 
-def fresh_view_properties(spark: Any, table: TablePath) -> dict[str, str] | None:
+def fresh_view_properties(spark: Any, path: TablePath) -> dict[str, str] | None:
     """The table's properties if it exists and is tiered or names a fresh view (one metadata read, only
     for DROP/RENAME and column changes), else None: the gateway hands such a statement to :func:`run`
     with these properties, and it keeps the view and the registration in step."""
     try:
-        props = {str(k): str(v) for k, v in dict(iceberg_table(spark, table.quoted).properties()).items()}
+        props = string_map(load_table(spark, path).properties())
     except Exception:  # noqa: BLE001 - not an Iceberg table, or no such table: Spark answers the statement
         return None
     return props if FRESH_VIEW_PROPERTY in props or str(props.get(ENABLED, "")).lower() == "true" else None
 
 
-def has_fresh_view(spark: Any, table: TablePath) -> bool:
+def has_fresh_view(spark: Any, path: TablePath) -> bool:
     """The table exists and is tiered or names a fresh view (:func:`fresh_view_properties`)."""
-    return fresh_view_properties(spark, table) is not None
+    return fresh_view_properties(spark, path) is not None
 
 
 def _run_statement(spark: Any, command: TableChange | ColumnChange, statement: str) -> Any:
@@ -332,7 +332,7 @@ def _run_statement(spark: Any, command: TableChange | ColumnChange, statement: s
 
 def _restore_properties(spark: Any, path: TablePath, keys: dict[str, str], before: dict[str, str]) -> None:
     """Set ``keys`` of ``path``'s properties back to ``before`` (removed where they were absent)."""
-    update = iceberg_table(spark, path.quoted).updateProperties()
+    update = load_table(spark, path).updateProperties()
     for key in keys:
         update = update.set(key, before[key]) if key in before else update.remove(key)
     update.commit()
@@ -350,7 +350,7 @@ def change(ctx: Context, change: TableChange, statement: str) -> DdlResult:
     spark, config, table, target = ctx.spark, ctx.config, change.table, change.renamed_to
     props = change.properties
     if props is None:
-        props = {str(k): str(v) for k, v in dict(iceberg_table(spark, table.quoted).properties()).items()}
+        props = string_map(load_table(spark, table).properties())
     lake = lake_of(config, table, props)
     view = fresh_view.view_of(spark, table, props)
     steps = Steps(f"{'DROP TABLE' if target is None else 'ALTER TABLE … RENAME'} {table}")
@@ -385,15 +385,14 @@ def change_columns(ctx: Context, change: ColumnChange, statement: str) -> DdlRes
     An ALTER cannot be undone once it ran: a sync or re-pin that fails (a round committing to the
     lake at that moment) is logged and left to the next round (the stream moved, so even an idle
     table gets one), and the ALTER is still answered."""
-    spark, config, table = ctx.spark, ctx.config, change.table
-    Steps(f"ALTER TABLE {table}").run("change the columns", lambda: _run_statement(spark, change, statement))
+    spark, stream = ctx.spark, change.table
+    Steps(f"ALTER TABLE {stream}").run("change the columns", lambda: _run_statement(spark, change, statement))
     try:
-        props = {str(k): str(v) for k, v in dict(iceberg_table(spark, table.quoted).properties()).items()}
-        if str(props.get(ENABLED, "")).lower() == "true":
-            lake = lake_of(config, table, props)
-            lake_write.sync_lake_schema(TableHandle(spark, table, lake))
-            fresh_view.repin_if_schema_changed(spark, table, lake)
+        handle = TableHandle.of(spark, ctx.config, stream)  # its stream as the ALTER left it
+        if str(handle.properties.get(ENABLED, "")).lower() == "true":
+            lake_write.sync_lake_schema(handle)
+            fresh_view.repin_if_schema_changed(handle)
     except Exception:  # the next round does it
         log.warning("the lake and fresh view of %s were not brought up to its new columns; its next round will",
-                    table, exc_info=True)
+                    stream, exc_info=True)
     return DdlResult(NO_COLUMNS, [])

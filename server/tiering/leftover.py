@@ -13,11 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from tierlake.server.catalog.properties import LAKE_STREAM_UUID, LAKE_TIERED_POSITION
-from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.catalog.table_path import TablePath, load_table
 from tierlake.server.catalog.tiered_tables import lake_path
 from tierlake.server.exceptions import TableExistsError
 from tierlake.server.runtime.jvm import string_map
-from tierlake.server.runtime.session import iceberg_table
 
 
 def refuse_leftover_lake(spark: Any, config: Any, stream: TablePath) -> None:
@@ -29,7 +28,7 @@ def refuse_leftover_lake(spark: Any, config: Any, stream: TablePath) -> None:
     if not spark.catalog.tableExists(lake.quoted):
         return
     try:
-        properties = string_map(iceberg_table(spark, lake.quoted).properties())
+        properties = string_map(load_table(spark, lake).properties())
     except Exception:  # noqa: BLE001 - not an Iceberg table: creating the lake table says so
         return
     uuid, position = properties.get(LAKE_STREAM_UUID), properties.get(LAKE_TIERED_POSITION)

@@ -31,7 +31,7 @@ from typing import Any
 
 from tierlake.server.catalog import properties as P
 from tierlake.server.changelog import file_copy, fresh_view, lake_write, write_strategy
-from tierlake.server.changelog.handle import TableHandle
+from tierlake.server.changelog.handle import Assignment
 from tierlake.server.changelog.lake_schema import Carried
 from tierlake.server.changelog.planner import SOURCE_POSITION, SOURCE_SNAPSHOT, Chunk, Plan
 from tierlake.server.changelog.positions import position_properties
@@ -71,8 +71,8 @@ def run_round(plan: Plan, check_epoch: Callable[[], None], hook: Callable[[str],
               defer_repin: bool = False) -> RoundResult:
     """Tier ``plan`` into its table's lake; see the module docstring for the protocol.
 
-    The round runs under the handle's assignment (``plan.table``: table id,
-    epoch, job), for at most ``table.datalake.tiering.max-round-duration``
+    The round runs under the handle's assignment (``plan.handle.assignment``:
+    table id, epoch, job), for at most ``table.datalake.tiering.max-round-duration``
     (none: no bound), in chunks of ``table.datalake.tiering.chunk-rows``.
 
     ``hook`` is called with the name of each step (tests pause a worker there).
@@ -87,19 +87,19 @@ def run_round(plan: Plan, check_epoch: Callable[[], None], hook: Callable[[str],
             hook(name)
 
     started = time.monotonic()
-    table = plan.table
-    max_round = table.setting(P.MAX_ROUND)
+    handle = plan.handle
+    max_round = handle.setting(P.MAX_ROUND)
     max_duration_s = float("inf") if max_round is None else max_round.total_seconds()
-    chunk_rows = table.setting(P.CHUNK_ROWS)
+    chunk_rows = handle.setting(P.CHUNK_ROWS)
     result = RoundResult(end_position=plan.lake_position)
     if plan.empty:
         # Nothing to tier, but an ALTER TABLE on the stream reaches the lake and the
         # fresh view within a freshness interval all the same (cached when unchanged).
-        lake_write.sync_lake_schema(table)
-        result.schema_changed = fresh_view.schema_changed(table)
+        lake_write.sync_lake_schema(handle)
+        result.schema_changed = fresh_view.schema_changed(handle)
         return result
-    columns = lake_write.sync_lake_schema(table)
-    branch = branch_name(table.table_id, table.epoch)
+    columns = lake_write.sync_lake_schema(handle)
+    branch = branch_name(handle.assignment.table_id, handle.assignment.epoch)
     # The branch is created (a lake commit) while the first chunk's write is prepared: reading the
     # stream's metadata and rendering the MERGE need no branch, only its name.
     opening = _OPENER.submit(open_branch, plan, branch)
@@ -116,7 +116,7 @@ def run_round(plan: Plan, check_epoch: Callable[[], None], hook: Callable[[str],
     try:
         chunks = plan.chunks(chunk_rows)
         for index, chunk in enumerate(chunks):
-            write_chunk(plan, chunk, branch, columns, commit_properties(table, chunk), point, branch_ready,
+            write_chunk(plan, chunk, branch, columns, commit_properties(handle.assignment, chunk), point, branch_ready,
                         into_empty=index == 0 and plan.lake_snapshot_id is None)
             gate.before_publish(branch, chunk)  # block mode: a failing branch is never published
             point("before-commit")
@@ -147,7 +147,7 @@ def run_round(plan: Plan, check_epoch: Callable[[], None], hook: Callable[[str],
             # follows): every pin the view ever had is exact on its own (server/changelog/fresh_view.py),
             # an older one only reads more of the stream, so the pins between two commits of one
             # round were never needed.
-            fresh_view.after_lake_commit(table)
+            fresh_view.after_lake_commit(handle)
     gate.after_round(result.commits, result.end_position)  # warn mode: validate what was published
     return result
 
@@ -167,17 +167,18 @@ def open_branch(plan: Plan, branch: str | None = None) -> str:
 
     Runs in an opener thread beside the round's own (:func:`run_round`): only
     it uses the round's lake table object until the round waits for it."""
-    tables, epoch = plan.table, plan.table.epoch
-    lake = tables.fresh_lake()  # the refs as they are now, as a fresh load would show them
-    branch = branch or branch_name(tables.table_id, epoch)
-    _drop_stale_branches(lake, tables.table_id)
-    manage = lake.manageSnapshots()
+    handle = plan.handle
+    table_id, epoch = handle.assignment.table_id, handle.assignment.epoch
+    lake_table = handle.fresh_lake()  # the refs as they are now, as a fresh load would show them
+    branch = branch or branch_name(table_id, epoch)
+    _drop_stale_branches(lake_table, table_id)
+    manage = lake_table.manageSnapshots()
     (manage.createBranch(branch, plan.lake_snapshot_id) if plan.lake_snapshot_id is not None
      else manage.createBranch(branch)).commit()
     # On a lake whose main had no snapshot when planned, createBranch bases
     # the branch on whatever main is *now*; the fast-forward CAS only holds if
     # the branch starts exactly where the plan did.
-    current = tables.fresh_lake()
+    current = handle.fresh_lake()
     base = current.snapshot(branch)
     if plan.lake_snapshot_id is None:
         # Iceberg gives a branch made on an empty table an empty root snapshot
@@ -188,7 +189,7 @@ def open_branch(plan: Plan, branch: str | None = None) -> str:
     else:
         moved = base is None or int(base.snapshotId()) != plan.lake_snapshot_id
     if moved:
-        tables.fresh_lake().manageSnapshots().removeBranch(branch).commit()
+        handle.fresh_lake().manageSnapshots().removeBranch(branch).commit()
         raise FencedEpochError(
             f"lake table {plan.lake} changed since this round (epoch {epoch}) was planned; "
             "another worker committed first, this round's writes are discarded"
@@ -196,14 +197,14 @@ def open_branch(plan: Plan, branch: str | None = None) -> str:
     return branch
 
 
-def commit_properties(table: TableHandle, chunk: Chunk) -> dict[str, str]:
+def commit_properties(assignment: Assignment, chunk: Chunk) -> dict[str, str]:
     """The summary of a chunk's lake commit: the stream position it covers is where the next round starts."""
     return {
-        P.TIERING_TABLE_ID: str(table.table_id),
-        P.TIERING_EPOCH: str(table.epoch),
+        P.TIERING_TABLE_ID: str(assignment.table_id),
+        P.TIERING_EPOCH: str(assignment.epoch),
         SOURCE_POSITION: str(chunk.end_position),
         SOURCE_SNAPSHOT: str(chunk.end_snapshot_id),
-        P.TIERING_JOB_ID: table.job_id,
+        P.TIERING_JOB_ID: assignment.job_id,
         P.COMMIT_USER: lake_write.COMMIT_USER,
     }
 
@@ -219,11 +220,11 @@ def write_chunk(plan: Plan, chunk: Chunk, branch: str, columns: list[Carried],
     (the round's first chunk into a lake that had no snapshot when planned); a primary-key range
     whose lake is bucketed only by the key is then appended rather than merged."""
     target = [plan.lake.database, plan.lake.table, f"branch_{branch}"]
-    table = plan.table
+    handle = plan.handle
 
     def files_copyable() -> bool:
         branch_ready()  # the copy reads the lake table object that opened the branch (it sees its own commit)
-        return file_copy.usable(table, chunk)
+        return file_copy.usable(handle, chunk)
 
     strategy = write_strategy.choose(plan.spec, snapshot_split=chunk.snapshot is not None, into_empty=into_empty,
                                      files_copyable=files_copyable)
@@ -236,9 +237,9 @@ def write_chunk(plan: Plan, chunk: Chunk, branch: str, columns: list[Carried],
     if strategy is WriteStrategy.LOG_FILE_COPY:  # server/changelog/file_copy.py: no Spark job
         point("after-plan")
         point("during-write")
-        file_copy.append(table, chunk, branch, properties)
+        file_copy.append(handle, chunk, branch, properties)
         return
-    with lake_write.ChangelogWrite(table, target, chunk, columns, strategy=strategy) as write:
+    with lake_write.ChangelogWrite(handle, target, chunk, columns, strategy=strategy) as write:
         branch_ready()
         point("after-plan")
         point("during-write")
@@ -254,7 +255,7 @@ def fast_forward(plan: Plan, branch: str, drop_branch: bool, recorded: dict[str,
     try:
         # Refreshed: the branch's new snapshot was committed by Spark SQL, which the round's table
         # object does not see; main as it is now is what the fast-forward checks its ancestry against.
-        transaction = plan.table.fresh_lake().newTransaction()
+        transaction = plan.handle.fresh_lake().newTransaction()
         manage = transaction.manageSnapshots().fastForwardBranch("main", branch)
         if drop_branch:
             manage = manage.removeBranch(branch)  # one metadata commit instead of two
@@ -273,7 +274,7 @@ def fast_forward(plan: Plan, branch: str, drop_branch: bool, recorded: dict[str,
     except Exception as e:
         if is_(e, Kind.NOT_AN_ANCESTOR):
             raise FencedEpochError(
-                f"lake table {plan.lake} changed while this round (epoch {plan.table.epoch}) ran; "
+                f"lake table {plan.lake} changed while this round (epoch {plan.handle.assignment.epoch}) ran; "
                 "another worker committed first, this round's writes are discarded"
             ) from e
         raise
@@ -282,7 +283,7 @@ def fast_forward(plan: Plan, branch: str, drop_branch: bool, recorded: dict[str,
 def drop_branch(plan: Plan, branch: str) -> None:
     """Best effort, after a round that did not publish its last chunk."""
     try:
-        plan.table.fresh_lake().manageSnapshots().removeBranch(branch).commit()
+        plan.handle.fresh_lake().manageSnapshots().removeBranch(branch).commit()
     except Exception:
         log.warning("could not drop branch %s of %s", branch, plan.lake, exc_info=True)
 

@@ -23,12 +23,11 @@ from typing import Any
 
 from tierlake.server.catalog import properties as P
 from tierlake.server.catalog.columns import table_columns
-from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.catalog.table_path import TablePath, load_table
 from tierlake.server.changelog import lake_write, planner
 from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.exceptions import TieringGuardError, UnknownProcedureError, UnsupportedFeatureError
 from tierlake.server.kv import snapshot_catalog as kv
-from tierlake.server.runtime.session import iceberg_table
 from tierlake.server.sqlapi.types import SqlMap
 
 log = logging.getLogger("tierlake.tiering")
@@ -45,17 +44,17 @@ class SnapshotSplit:
     buckets: int
 
 
-def plan_round(table: TableHandle, exclude: frozenset[int] = frozenset(),
+def plan_round(handle: TableHandle, exclude: frozenset[int] = frozenset(),
                registered: planner.Registered | None = None) -> planner.Plan:
     """Plan from the lake's position; from the newest KV snapshot when the log does not reach it."""
     try:
-        return planner.plan_round(table, registered=registered)
+        return planner.plan_round(handle, registered=registered)
     except planner.LogTruncatedError as e:
-        spec, stream = table.spec, table.stream
+        spec, stream = handle.spec, handle.stream
         if not spec.is_primary_key:
             raise
-        log_start = P.read(table.properties, P.LOG_START_PROPERTY)
-        usable = [s for s in kv.KvCatalog(table.spark).list(stream)
+        log_start = P.read(handle.properties, P.LOG_START_PROPERTY)
+        usable = [s for s in kv.KvCatalog(handle.spark).list(stream)
                   if s.log_position >= log_start and s.snapshot_id not in exclude]
         if not usable:
             raise TieringGuardError(
@@ -63,36 +62,35 @@ def plan_round(table: TableHandle, exclude: frozenset[int] = frozenset(),
                 f"cannot be rebuilt (take KV snapshots with CALL sys.kv_snapshot('{stream}') before log retention "
                 "removes the changelog)") from e
         snap = usable[-1]
-        plan = planner.plan_round(table, start=snap.log_position, registered=registered)
+        plan = planner.plan_round(handle, start=snap.log_position, registered=registered)
         plan.snapshot_split = SnapshotSplit(snap.kv_table, snap.snapshot_id, snap.log_position,
                                             snap.stream_snapshot_id, spec.buckets)
         log.info("%s: the log does not reach lake position; rebuilding from KV snapshot %d (log position %d)",
-                 table.lake, snap.snapshot_id, snap.log_position)
+                 handle.lake, snap.snapshot_id, snap.log_position)
         return plan
 
 
-def plan_and_lease(table: TableHandle, leases: JobLeases,
+def plan_and_lease(handle: TableHandle, leases: JobLeases,
                    registered: planner.Registered | None = None) -> planner.Plan:
     """Plan the round; lease its snapshot split's snapshot before anything reads it."""
     exclude: set[int] = set()
     for _ in range(MAX_LEASE_ATTEMPTS):
-        plan = plan_round(table, frozenset(exclude), registered)
+        plan = plan_round(handle, frozenset(exclude), registered)
         split = plan.snapshot_split
-        if split is None or leases.acquire(table.path, split):
+        if split is None or leases.acquire(handle.path, split):
             return plan
         # Expired between planning and the acquire: plan again with a newer one, from the tables as
         # they are now (retention that expired the snapshot may have moved the log start too).
         exclude.add(split.snapshot_id)
-        table.refresh()
-    raise TieringGuardError(f"the KV snapshots of {table.stream} kept expiring before they could be leased")
+        handle.refresh()
+    raise TieringGuardError(f"the KV snapshots of {handle.stream} kept expiring before they could be leased")
 
 
 def write_split(plan: planner.Plan, split: SnapshotSplit, target: list[str], properties: dict[str, str]) -> None:
     """Replace the branch's rows with the snapshot's, as one commit carrying ``properties``."""
-    spark = plan.table.spark
+    spark = plan.handle.spark
     kv_path = TablePath(*split.kv_table.split(".", 1))
-    if not spark.catalog.tableExists(kv_path.quoted) or \
-            iceberg_table(spark, kv_path.quoted).snapshot(split.snapshot_id) is None:
+    if not spark.catalog.tableExists(kv_path.quoted) or load_table(spark, kv_path).snapshot(split.snapshot_id) is None:
         raise TieringGuardError(
             f"KV snapshot {split.snapshot_id} of {plan.stream} was expired before the round could read it "
             "(was its lease lost?); the next round uses a newer snapshot")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tierlake.server.changelog import fresh_view, lake_write
-from tierlake.server.changelog.handle import TableHandle
+from tierlake.server.changelog.handle import Assignment, TableHandle
 from tierlake.server.changelog.planner import Registered
 from tierlake.server.clients.procedure_client import LocalClient
 from tierlake.server.config.config import Config
@@ -169,14 +169,14 @@ class Worker(threading.Thread):
 
         try:
             # The table's one handle for the round: loaded here, passed down (server/changelog/handle.py).
-            table = TableHandle.open(spark, self.config, path, table_id, epoch, self.job_id)
+            handle = TableHandle.open(spark, self.config, path, Assignment(table_id, epoch, self.job_id))
             record = registered_record(spark, table_id)  # cross-checked with the lake and the stream
             registered = None if record is None else Registered(*record)
-            plan = snapshot_split.plan_and_lease(table, self.leases, registered)
+            plan = snapshot_split.plan_and_lease(handle, self.leases, registered)
             result = run_round(plan, check_epoch, hook=self.hook, defer_repin=True)
             try:
                 # Still inside the assignment: no round of this table can race it.
-                table_maintenance.after_round(table, self.client, result.end_position)
+                table_maintenance.after_round(handle, self.client, result.end_position)
                 renewer.done.set()
                 self.client.call("heartbeat", job_id=self.job_id, finished_tables=[dict(
                     entry, force_finished=result.force_finished, rows=result.rows, bytes=result.bytes,
@@ -187,7 +187,7 @@ class Worker(threading.Thread):
                     # run at once, held up the coordinator's state commit (a primary-key round's
                     # finishing heartbeat took 151 ms p50 with it, 89 ms without). The handle goes
                     # to the re-pin thread with it: the round is done with it.
-                    fresh_view.after_lake_commit(table)
+                    fresh_view.after_lake_commit(handle)
             self.leases.release(path)
             with self._count_lock:
                 self.rounds += 1

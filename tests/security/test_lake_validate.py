@@ -203,17 +203,19 @@ def test_an_untouched_lake_equals_its_stream_after_updates_deletes_and_reinserts
     # The same lake against the changelog from the stream's first commit (no KV snapshot to start from).
     from tierlake.server.catalog.spec import TieredSpec
     from tierlake.server.catalog.table_path import TablePath
+    from tierlake.server.changelog.handle import TableHandle
     from tierlake.server.quality import lake_diff, suite
 
     spark = server.spark
     stream, lake = TablePath(db, "kv"), TablePath(f"{db}_lake", "kv")
     spec = TieredSpec.from_properties({k: v for k, v in props.items()})
-    snapshot_id, position = suite._lake_snapshot(spark, suite.Target(None, stream, lake, spec, 0))
-    replay = lake_diff.compare(spark, stream, lake, spec, snapshot_id, position)
+    handle = TableHandle.loaded(spark, stream, lake, spec=spec)
+    snapshot_id, position = suite._lake_snapshot(spark, suite.Target(None, handle, 0))
+    replay = lake_diff.compare(handle, snapshot_id, position)
     assert (replay.status, replay.compared_with) == ("equal", "the stream's changes from its first commit"), replay
 
     # Against a lake with no snapshot yet every expected row is missing (the replay is not vacuous).
-    empty = lake_diff.compare(spark, stream, lake, spec, None, position)
+    empty = lake_diff.compare(handle, None, position)
     assert (empty.status, empty.missing_rows, empty.extra_rows) == ("differs", len(expected), 0), empty
 
     # A key the stream deleted, put back by an admin.

@@ -22,8 +22,7 @@ class FakeSpark:
 
 def handle() -> TableHandle:
     """A handle whose tables are never loaded (the blockers below are decided before that)."""
-    return TableHandle(FakeSpark(), TablePath("d", "t"), TablePath("d_lake", "t"), stream_table=object(),
-                       lake_table=object(), properties={})
+    return TableHandle.loaded(FakeSpark(), TablePath("d", "t"), TablePath("d_lake", "t"), object(), object())
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tierlake.server.catalog import field_ids
+from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.changelog.lake_schema import _plan_renames
@@ -94,8 +95,8 @@ def test_a_sync_that_changed_nothing_is_remembered_by_everything_it_reads(monkey
     props = {"primary-key": "id"}
 
     def sync():
-        return lake_schema.sync_lake_schema(TableHandle(None, STREAM, LAKE, stream_table=stream, lake_table=lake,
-                                                        properties=props))
+        return lake_schema.sync_lake_schema(TableHandle.loaded(None, STREAM, LAKE, stream, lake,
+                                                               spec=TieredSpec.from_properties(props)))
 
     first = sync()
     assert sync() == first and len(calls) == 1  # nothing changed: from memory

@@ -119,7 +119,7 @@ def test_the_non_append_advice_takes_the_commit_out_and_keeps_every_later_append
 
 
 def test_a_chunk_knows_a_replace_commit_rewrote_its_appends():
-    plan = Plan(TableHandle(None, STREAM, LAKE, spec=TieredSpec()), 0, None, 9,
+    plan = Plan(TableHandle.loaded(None, STREAM, LAKE, spec=TieredSpec()), 0, None, 9,
                 commits=[commit(1), commit(2), commit(4)], start_snapshot_id=None, replaced=[3, 5])
     chunks = plan.chunks(max_rows=4)
     assert [(c.start_position, c.end_position, c.rewritten) for c in chunks] == [(0, 2, False), (2, 4, True)]

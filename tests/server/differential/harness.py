@@ -44,7 +44,7 @@ from typing import Any
 
 from tests.server.differential.strategies import Case, Column, Commit, SqlType, quote, string_literal
 from tierlake.server.changelog import fresh_view
-from tierlake.server.changelog.handle import TableHandle
+from tierlake.server.changelog.handle import Assignment, TableHandle
 from tierlake.server.changelog.planner import Registered, plan_round
 from tierlake.server.coordinator.registration import registered_record
 from tierlake.server.ingest.jvm import STREAM_INGEST
@@ -873,8 +873,8 @@ class _Case:
             with self.h.step("round"):
                 spark = self.h.spark
                 activate(spark)
-                handle = TableHandle.open(spark, server.config, state.path, state.table_id,
-                                          state.tiering_epoch, "differential")
+                handle = TableHandle.open(spark, server.config, state.path,
+                                          Assignment(state.table_id, state.tiering_epoch, "differential"))
                 record = registered_record(spark, state.table_id)
                 plan = plan_round(handle, registered=None if record is None else Registered(*record))
                 # As a worker does (tiering/worker.py): the re-pin scheduled after the round, which

@@ -126,7 +126,7 @@ def test_the_server_turns_the_port_on_by_mode(tmp_path):
     def started(conf: dict, production: bool):
         server = Server(Config.load(home=tmp_path, conf=conf))
         server.gateway = SimpleNamespace(authorizer=Authorizer(PasswordFile(passwords) if production else None),
-                                         ssl_context=None, session_count=0)
+                                         settings=SimpleNamespace(ssl_context=None), session_count=0)
         server.coordinator = SimpleNamespace(rounds_table=SimpleNamespace(load=lambda: (None, [])))
         return server._start_http()
 

@@ -9,6 +9,7 @@ import pytest
 
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
+from tierlake.server.changelog.handle import TableHandle
 from tierlake.server.quality import lake_diff
 
 STREAM = TablePath("db", "t")
@@ -56,25 +57,30 @@ class Stream:
         return self.props
 
 
+def replayed(stream, spec):
+    """A handle over the fake stream table (the replay reads nothing else of it)."""
+    return TableHandle.loaded(None, STREAM, TablePath("d_lake", "t"), stream, spec=spec)
+
+
 def unverifiable(stream, spec, position, bases=()):
     with pytest.raises(lake_diff._Unverifiable) as info:
-        lake_diff._source(None, STREAM, spec, stream, position, bases)
+        lake_diff._source(replayed(stream, spec), position, bases)
     return str(info.value)
 
 
 def test_a_log_table_is_read_as_of_the_snapshot_at_the_position():
-    source = lake_diff._source(None, STREAM, LOG, Stream(5, expired={1, 2}), 3, ())
+    source = lake_diff._source(replayed(Stream(5, expired={1, 2}), LOG), 3, ())
     assert (source.chunk.start_snapshot_id, source.chunk.end_snapshot_id, source.chunk.end_position) == (None, 103, 3)
     assert source.kv is None and source.describe == "the stream's rows as of snapshot 103"
 
 
 def test_nothing_tiered_expects_an_empty_lake():
-    source = lake_diff._source(None, STREAM, PK, Stream(3), 0, ())
+    source = lake_diff._source(replayed(Stream(3), PK), 0, ())
     assert source.chunk is None and source.kv is None
 
 
 def test_a_primary_key_table_replays_its_changes_from_the_first_commit():
-    source = lake_diff._source(None, STREAM, PK, Stream(5), 4, ())
+    source = lake_diff._source(replayed(Stream(5), PK), 4, ())
     assert source.describe == "the stream's changes from its first commit"
     assert [c.sequence for c in source.chunk.commits] == [1, 2, 3, 4] and source.chunk.start_snapshot_id is None
 

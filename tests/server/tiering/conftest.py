@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import running_workers
 from tierlake.server.catalog import properties as P
 from tierlake.server.catalog.table_path import TablePath, parse_table_path
-from tierlake.server.changelog.handle import TableHandle
+from tierlake.server.changelog.handle import Assignment, TableHandle
 from tierlake.server.runtime.session import iceberg_table
 
 
@@ -32,8 +32,8 @@ def handle(spark, table: str, chunk_rows: int | None = None, **assignment) -> Ta
     commit instead of the table's."""
     stream = parse_table_path(table)
     overrides = {} if chunk_rows is None else {P.CHUNK_ROWS: chunk_rows}
-    return TableHandle(spark, stream, TablePath(f"{stream.database}_lake", stream.table), overrides=overrides,
-                       **assignment)
+    lake = TablePath(f"{stream.database}_lake", stream.table)
+    return TableHandle(spark, stream, lake, assignment=Assignment(**assignment)).with_settings(overrides)
 
 
 def stream_position(spark, table: str) -> int:

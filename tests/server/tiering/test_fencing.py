@@ -10,7 +10,7 @@ from tests.server.tiering.conftest import assign, coordinator_state, lake_summar
 from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import parse_table_path
 from tierlake.server.changelog import planner
-from tierlake.server.changelog.handle import TableHandle
+from tierlake.server.changelog.handle import Assignment, TableHandle
 from tierlake.server.clients.procedure_client import LocalClient
 from tierlake.server.exceptions import FencedEpochError
 from tierlake.server.tiering.round import run_round
@@ -71,12 +71,13 @@ def test_the_lake_commit_itself_is_a_compare_and_set(server, spark, hive_cursor,
     make_table(hive_cursor, db, "f2")
     path = f"{db}.f2"
     stream, lake = parse_table_path(path), parse_table_path(f"{db}_lake.f2")
-    stale = TableHandle(spark, stream, lake, job_id="job-stale", spec=TieredSpec())
+    stale = TableHandle.loaded(spark, stream, lake, spec=TieredSpec())
+    stale.assignment = Assignment(job_id="job-stale")
     stale_plan = planner.plan_round(stale)
     client = LocalClient(server)
     table_id, epoch = assign(client, "job-now", path)
     Worker(spark, client, "job-now", server.config).tier(table_id, path, epoch)
-    stale.table_id, stale.epoch = table_id, epoch - 1
+    stale.assignment = Assignment(table_id, epoch - 1, "job-stale")
     with pytest.raises(FencedEpochError, match="another worker committed first"):
         run_round(stale_plan, check_epoch=lambda: None)
     hive_cursor.execute(f"SELECT id FROM {db}_lake.f2 ORDER BY id")

@@ -62,9 +62,9 @@ def late_repin(spark, stale: TableHandle) -> int:
 
 
 def loaded(spark, stream, lake) -> TableHandle:
-    tables = TableHandle(spark, stream, lake)
-    tables.stream_table, tables.lake_table, tables.properties  # noqa: B018 - loaded now
-    return tables
+    handle = TableHandle(spark, stream, lake)
+    handle.stream_table, handle.lake_table, handle.properties  # noqa: B018 - loaded now
+    return handle
 
 
 def maintain_now(spark, stream, lake) -> list:

@@ -119,8 +119,8 @@ def read(spark, relation: str) -> list[tuple]:
 
 def full_scan_view(spark, stream: TablePath, lake: TablePath, view: TablePath) -> None:
     """The view's other form (no incremental read: every live stream file scanned), made under another name."""
-    table = TableHandle(spark, stream, lake)
-    spark.sql(fresh_view.render(table, view, incremental=False))
+    handle = TableHandle(spark, stream, lake)
+    spark.sql(fresh_view.render(handle, view, incremental=False))
 
 
 @pytest.mark.parametrize("pk", [False, True], ids=["log", "pk"])

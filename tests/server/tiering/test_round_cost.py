@@ -399,7 +399,7 @@ def why_not_copied(spark, table: str) -> str | None:
     from tierlake.server.changelog import file_copy
 
     plan, chunk = pending(spark, table)
-    return file_copy.blocker(plan.table, chunk)
+    return file_copy.blocker(plan.handle, chunk)
 
 
 def test_a_primary_key_chunks_file_list_is_read_from_the_manifests_without_a_spark_job(hive_cursor, spark):
@@ -423,7 +423,7 @@ def test_a_primary_key_chunks_file_list_is_read_from_the_manifests_without_a_spa
         spark.sql(f"INSERT INTO {table} VALUES ({i}, {i}.0, NULL), ({i + 10}, {i}.5, NULL)")
     plan, chunk = pending(spark, table)
     assert chunk.start_snapshot_id is None and not chunk.rewritten
-    listed, expected = both(chunk, plan.table)
+    listed, expected = both(chunk, plan.handle)
     assert len({r[1] for r in listed}) == 3 and {r[2] for r in listed} == {0, 1}, listed  # 3 commits, 2 buckets
     assert listed == expected
     one_round(spark, table)
@@ -432,7 +432,7 @@ def test_a_primary_key_chunks_file_list_is_read_from_the_manifests_without_a_spa
         spark.sql(f"INSERT INTO {table} VALUES ({i}, {i}.0, NULL), ({i + 10}, {i}.5, '-D')")
     plan, chunk = pending(spark, table)
     assert chunk.start_snapshot_id is not None and not chunk.rewritten
-    listed, expected = both(chunk, plan.table)
+    listed, expected = both(chunk, plan.handle)
     assert len({r[1] for r in listed}) == 3 and min(r[1] for r in listed) > chunk.start_position, listed
     assert listed == expected
 
@@ -443,7 +443,7 @@ def test_a_primary_key_chunks_file_list_is_read_from_the_manifests_without_a_spa
     spark.sql(f"INSERT INTO {table} VALUES (6, 6.0, NULL)")  # the range now has the replace commits inside it
     plan, chunk = pending(spark, table)
     assert chunk.rewritten
-    listed, expected = both(chunk, plan.table)
+    listed, expected = both(chunk, plan.handle)
     assert len({r[1] for r in listed}) == 4 and listed == expected
     assert compacted and not {r[0] for r in listed} & compacted  # the appends' own files, not the compacted ones
     one_round(spark, table)
@@ -486,7 +486,7 @@ def test_a_copy_onto_a_branch_that_is_gone_writes_nothing(hive_cursor, spark):
     plan, chunk = pending(spark, table)
     # A fenced round whose branch a later round dropped: Iceberg would re-create it from main.
     with pytest.raises(Exception, match="branch tierlake_0_0_gone of .* is gone"):
-        file_copy.append(plan.table, chunk, "tierlake_0_0_gone", {})
+        file_copy.append(plan.handle, chunk, "tierlake_0_0_gone", {})
     assert iceberg_table(spark, lake).snapshot("tierlake_0_0_gone") is None
     assert data_files(spark, lake) == []
     one_round(spark, table)

@@ -44,7 +44,7 @@ def test_four_rounds_at_once_never_share_settings(server, hive_cursor, db, spark
         return original_commit(session, properties, fn)
 
     def round_(plan, *args, **kwargs):
-        session = plan.table.spark
+        session = plan.handle.spark
         if str(plan.stream) == log_table and not others_checked.is_set():
             assert merge_held.wait(120)
             seen["log round"] = session.conf.get(KEY, None)

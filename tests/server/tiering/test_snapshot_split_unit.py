@@ -22,8 +22,8 @@ def commit(seq, rows=1):
 
 
 def test_the_snapshot_split_is_read_first_then_the_log_from_its_position():
-    table = TableHandle(None, TablePath("d", "t"), TablePath("d_lake", "t"), spec=TieredSpec(["id"]))
-    plan = Plan(table, lake_position=5,
+    handle = TableHandle.loaded(None, TablePath("d", "t"), TablePath("d_lake", "t"), spec=TieredSpec(["id"]))
+    plan = Plan(handle, lake_position=5,
                 lake_snapshot_id=None, end_position=7, commits=[commit(6), commit(7)], start_snapshot_id=500)
     plan.snapshot_split = SPLIT
     chunks = plan.chunks(max_rows=1)
@@ -34,7 +34,7 @@ def test_the_snapshot_split_is_read_first_then_the_log_from_its_position():
         (None, 6, 7),
     ]
     assert chunks[0].end_snapshot_id == 500 and chunks[1].start_snapshot_id == 500
-    only_split = Plan(table, 5, None, 5, [], 500)
+    only_split = Plan(handle, 5, None, 5, [], 500)
     only_split.snapshot_split = SPLIT
     assert not only_split.empty and [c.snapshot for c in only_split.chunks(10)] == [SPLIT]
 
