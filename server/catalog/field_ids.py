@@ -54,15 +54,21 @@ def encode(mapping: dict[int, str]) -> str:
     return json.dumps({str(fid): name for fid, name in sorted(mapping.items())}, separators=(",", ":"))
 
 
-def record(spark: Any, stream: TablePath, lake: TablePath, names: list[str]) -> None:
+def record(spark: Any, stream: TablePath, lake: TablePath, names: list[str], tables: Any = None) -> None:
     """Record a new lake table's columns ``names`` as carrying the stream's same-named columns.
 
     A stream that does not exist yet (a CTAS stages it under another name)
-    records nothing: the first sync maps the columns by name.
+    records nothing: the first sync maps the columns by name. ``tables``: the
+    stream and lake as loaded by the caller (``stream_table``, ``lake_table``:
+    a tiered table's handle), not looked up again.
     """
-    if not spark.catalog.tableExists(stream.quoted):
-        return
+    if tables is None:
+        if not spark.catalog.tableExists(stream.quoted):
+            return
+        stream_table, lake_table = load_table(spark, stream), load_table(spark, lake)
+    else:
+        stream_table, lake_table = tables.stream_table, tables.lake_table
     wanted = {n.lower(): n for n in names}
-    mapping = {fid: wanted[name.lower()] for fid, name in stream_fields(spark, stream).items()
-               if name.lower() in wanted}
-    load_table(spark, lake).updateProperties().set(LAKE_FIELD_IDS, encode(mapping)).commit()
+    mapping = {fid: wanted[name.lower()] for fid, name in schema_fields(stream_table.schema()).items()
+               if name.lower() != CHANGE_TYPE and name.lower() in wanted}
+    lake_table.updateProperties().set(LAKE_FIELD_IDS, encode(mapping)).commit()

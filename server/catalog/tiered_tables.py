@@ -45,8 +45,10 @@ def lake_of(config: Any, stream: TablePath, properties: dict[str, str]) -> Table
 
 
 def create_lake_table(spark: Any, stream: TablePath, lake: TablePath, columns: list[Column], spec: TieredSpec,
-                      *, at: TablePath | None = None, location: str | None = None) -> None:
-    """The lake table of ``stream``; ``at`` creates it under another (staged) name."""
+                      *, at: TablePath | None = None, location: str | None = None, tables: Any = None) -> None:
+    """The lake table of ``stream``; ``at`` creates it under another (staged) name. ``tables``: the
+    stream and the lake as the caller loads them (a tiered table's handle: ``stream_table`` and
+    ``lake_table``, the lake loaded once it exists)."""
     partition = [partition_sql(t) for t in spec.lake_partition]
     if spec.is_primary_key:
         partition.append(f"bucket({spec.buckets}, {sql.quote_ident(spec.primary_key[0])})")
@@ -55,7 +57,7 @@ def create_lake_table(spark: Any, stream: TablePath, lake: TablePath, columns: l
     spark.sql(sql.render_checked(T_CREATE_LAKE, table=[name.database, name.table], columns=data_columns(columns),
                          partition=partition, spec=spec, stream=str(stream), location=location))
     # Which stream field each lake column carries: a later RENAME COLUMN on the stream follows it.
-    field_ids.record(spark, stream, name, [c.name for c in data_columns(columns)])
+    field_ids.record(spark, stream, name, [c.name for c in data_columns(columns)], tables)
 
 
 # Another application's commit to a stream table (Spark with Hive locks, a

@@ -645,11 +645,14 @@ def _kept(view: TablePath, before: Pin, pin: Pin) -> int:
     return before.position
 
 
-def create(spark: Any, config: Config | None, stream: TablePath, lake: TablePath) -> TablePath:
-    """Create (or re-create) the fresh view of a tiered table and record it on the stream table."""
+def create(spark: Any, config: Config | None, stream: TablePath, lake: TablePath,
+           handle: TableHandle | None = None) -> TablePath:
+    """Create (or re-create) the fresh view of a tiered table and record it on the stream table.
+    ``handle``: the table's, when the caller has it (its loaded tables are read, not loaded again)."""
     view = fresh_path(config, stream)
     spark.sql(sql.render(T_CREATE_DATABASE, database=view.database))
-    handle = TableHandle(spark, stream, lake, config)
+    if handle is None:
+        handle = TableHandle(spark, stream, lake, config)
     with _pin_lock(stream):
         _create_view(handle, view)
     if handle.current_properties().get(FRESH_VIEW_PROPERTY) != str(view):

@@ -104,15 +104,19 @@ def rescheduler(ctx: Context, path: TablePath) -> None:
 
 
 def register_table(
-    ctx: Context, path: TablePath, lake: TablePath, initial: Status, tiered_position: int | None = None
+    ctx: Context, path: TablePath, lake: TablePath, initial: Status, tiered_position: int | None = None,
+    stream_table: Any = None,
 ) -> tuple[TableState, bool]:
     """Register ``path`` with the coordinator (idempotent): ``(state, created)``.
 
     ``tiered_position``: the lake already holds the stream up to there (an
-    atomic CTAS filled both), so the first round starts after it.
+    atomic CTAS filled both), so the first round starts after it. ``stream_table``:
+    the stream as the caller loaded it (else loaded here, once).
     """
-    props = iceberg_properties(ctx.spark, path)
-    stream_uuid = str(load_table(ctx.spark, path).uuid())
+    if stream_table is None:
+        stream_table = load_table(ctx.spark, path)
+    props = string_map(stream_table.properties())
+    stream_uuid = str(stream_table.uuid())
     coord = coordinator(ctx)
 
     def change(states: dict[int, TableState], now: datetime):

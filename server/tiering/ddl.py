@@ -223,13 +223,16 @@ def create(ctx: Context, create: TieredCreate, user: str | None = None) -> DdlRe
     failing step undoes the earlier ones."""
     # Before anything exists: a bad property must not leave a table behind (CTAS checks its own).
     table_properties.validate(create.properties, create.columns or None)
-    refuse_leftover_lake(ctx.spark, ctx.config, create.table)  # DROP then CREATE: the old lake rows
+    spark, config, stream = ctx.spark, ctx.config, create.table
+    stream_exists = spark.catalog.tableExists(stream.quoted)
+    # DROP then CREATE: the old lake rows. A lake table kept from an earlier stream table of this name and
+    # never tiered into is used as it is (and never dropped here).
+    lake_existed = refuse_leftover_lake(spark, config, stream, stream_exists)
     if create.as_select is not None:
         # A column list with AS SELECT never gets here: Spark's parse refuses it first.
         rows = create_table_as(ctx, create.table, create.as_select, create.properties, create.if_not_exists)
         return DdlResult(RESULT_COLUMNS, rows)
-    spark, config, stream = ctx.spark, ctx.config, create.table
-    if spark.catalog.tableExists(stream.quoted):
+    if stream_exists:
         if not create.if_not_exists:
             raise TableExistsError(f"table {stream} already exists")
         return DdlResult(CREATED_COLUMNS, [])
@@ -238,22 +241,23 @@ def create(ctx: Context, create: TieredCreate, user: str | None = None) -> DdlRe
     refuse_odd_field_names(create.columns)
     lake = lake_path(config, stream)
     view = fresh_view.fresh_path(config, stream)
-    # A lake table kept from an earlier stream table of this name is used as it is (and never dropped here).
-    lake_existed = spark.catalog.tableExists(lake.quoted)
+    # Each table is loaded once, when first needed after it was made, and read from this handle after.
+    handle = TableHandle(spark, stream, lake, config)
     steps = Steps(f"CREATE TABLE {stream}")
     steps.run(f"create the stream table {stream}",
               lambda: create_stream_table(spark, stream, create.columns, spec,
                                           stream_properties(create.properties, lake)),
               undo=(f"stream table {stream} dropped", lambda: _drop_table(spark, stream)), partial=True)
     _create_database(steps, spark, lake.database, "lake")
-    steps.run(f"create the lake table {lake}", lambda: create_lake_table(spark, stream, lake, create.columns, spec),
+    steps.run(f"create the lake table {lake}",
+              lambda: create_lake_table(spark, stream, lake, create.columns, spec, tables=handle),
               undo=None if lake_existed else (f"lake table {lake} dropped", lambda: _drop_table(spark, lake)),
               partial=True)
     state, _ = steps.run("register the table with the coordinator",
-                         lambda: register_table(ctx, stream, lake, Status.NEW),
+                         lambda: register_table(ctx, stream, lake, Status.NEW, stream_table=handle.stream_table),
                          undo=("registration removed", lambda: follow_table_change(ctx, stream, None)), partial=True)
     _create_database(steps, spark, view.database, "fresh view")
-    steps.run(f"create the fresh view {view}", lambda: fresh_view.create(spark, config, stream, lake),
+    steps.run(f"create the fresh view {view}", lambda: fresh_view.create(spark, config, stream, lake, handle),
               undo=(f"fresh view {view} dropped", lambda: fresh_view.drop_view(spark, view)), partial=True)
     log.info("created tiered table %s (id %d) by %s", stream, state.table_id, user)
     return DdlResult(CREATED_COLUMNS, [(state.table_id, str(stream), str(lake), state.status.value)])

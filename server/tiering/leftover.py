@@ -19,21 +19,23 @@ from tierlake.server.exceptions import TableExistsError
 from tierlake.server.runtime.jvm import string_map
 
 
-def refuse_leftover_lake(spark: Any, config: Any, stream: TablePath) -> None:
+def refuse_leftover_lake(spark: Any, config: Any, stream: TablePath, stream_exists: bool | None = None) -> bool:
     """Raise :class:`TableExistsError` when ``stream`` does not exist but its lake
-    table does and holds rows tiered from an earlier stream table of that name."""
-    if spark.catalog.tableExists(stream.quoted):
-        return  # its own lake table; the CREATE answers "already exists" (or IF NOT EXISTS)
+    table does and holds rows tiered from an earlier stream table of that name.
+    Whether the lake table exists (False when the stream does: not looked at);
+    ``stream_exists``: the caller looked the stream up already."""
+    if spark.catalog.tableExists(stream.quoted) if stream_exists is None else stream_exists:
+        return False  # its own lake table; the CREATE answers "already exists" (or IF NOT EXISTS)
     lake = lake_path(config, stream)
     if not spark.catalog.tableExists(lake.quoted):
-        return
+        return False
     try:
         properties = string_map(load_table(spark, lake).properties())
     except Exception:  # noqa: BLE001 - not an Iceberg table: creating the lake table says so
-        return
+        return True
     uuid, position = properties.get(LAKE_STREAM_UUID), properties.get(LAKE_TIERED_POSITION)
     if not uuid and position is None:
-        return
+        return True
     came_from = ", ".join(part for part in (f"stream table UUID {uuid}" if uuid else "",
                                             f"tiered up to stream position {position}" if position else "") if part)
     raise TableExistsError(

@@ -1,13 +1,13 @@
 """Each statement is decided once (issue 52): through the real gateway, a tiered CREATE, a plain
 SELECT and a tiered DROP are each parsed by Spark once over py4j, and no table is loaded more than
-once while the statement is decided and run by the gateway.
+once while the gateway decides and runs the statement.
 
-Counted at py4j itself, so that no path escapes: every call the gateway's threads make into the JVM
-is seen, and a parse is any call of Spark's parsers (``PlanWalker.parse``, ``sqlParser().parsePlan``,
-``SparkSession.sql``) with the statement's text; a load is any catalog lookup of a table
-(``Spark3Util.loadIcebergTable``, ``Catalog.tableExists``, ``TableCatalog.loadTable``,
-``Catalog.getTable``, ``SparkSession.table``). What Spark does inside the JVM once it runs a statement
-(the Thrift server's own parse of a relayed SELECT, the catalog resolving a DROP) is Spark's execution,
+Counted at py4j itself, so that no path escapes: every call the gateway's statement threads make into
+the JVM is seen. A parse is any call of Spark's parsers (``PlanWalker.parse``, ``sqlParser().parsePlan``,
+``SparkSession.sql``) with the statement's text; a load is any catalog lookup that found a table
+(``Spark3Util.loadIcebergTable``, ``Catalog.tableExists``, ``TableCatalog.loadTable``, the metastore's
+``getTable``, ``SparkSession.table``). What Spark does inside the JVM once it runs a statement (the
+Thrift server's own parse of a relayed SELECT, the catalog resolving a DROP) is Spark's execution,
 not the gateway's decision, and is not counted."""
 
 from __future__ import annotations
@@ -37,16 +37,23 @@ class Py4jCalls:
     def __init__(self, monkeypatch):
         from py4j.java_gateway import JavaMember
 
-        self.calls: list[tuple[str, tuple[str, ...]]] = []
+        self.calls: list[tuple[str, tuple[str, ...], bool]] = []
         self._lock = threading.Lock()
         original = JavaMember.__call__
         calls, lock = self.calls, self._lock
 
         def counting(member, *args):
-            if threading.current_thread().name.startswith(STATEMENT_THREADS):
+            if not threading.current_thread().name.startswith(STATEMENT_THREADS):
+                return original(member, *args)
+            found = False
+            try:
+                result = original(member, *args)
+                # A lookup that found nothing (a table about to be created) read no table.
+                found = result is not False
+                return result
+            finally:
                 with lock:
-                    calls.append((member.name, tuple(a for a in args if isinstance(a, str))))
-            return original(member, *args)
+                    calls.append((member.name, tuple(a for a in args if isinstance(a, str)), found))
 
         monkeypatch.setattr(JavaMember, "__call__", counting)
 
@@ -56,17 +63,18 @@ class Py4jCalls:
 
     def parses(self, text: str) -> int:
         with self._lock:
-            return sum(1 for name, args in self.calls if name in PARSES and text in args)
+            return sum(1 for name, args, _ in self.calls if name in PARSES and text in args)
 
     def loads(self) -> collections.Counter:
-        """Loads by table: ``db.table``, whatever catalog prefix or quoting the call used."""
-        found: collections.Counter = collections.Counter()
+        """Loads that found their table, by table: ``db.table``, whatever catalog prefix or quoting
+        the call used (the metastore's ``getTable(db, table)`` names it in two arguments)."""
+        counted: collections.Counter = collections.Counter()
         with self._lock:
-            for name, args in self.calls:
-                if name in LOADS and args:
-                    parts = [p for p in re.split(r"\.", args[-1].replace("`", "").lower()) if p]
-                    found[".".join(parts[-2:])] += 1
-        return found
+            for name, args, found in self.calls:
+                if name in LOADS and args and found:
+                    parts = [p for a in args for p in re.split(r"\.", a.replace("`", "").lower()) if p]
+                    counted[".".join(parts[-2:])] += 1
+        return counted
 
 
 def check_each_is_decided_once(gateway, user, password, monkeypatch) -> dict[str, tuple[int, dict]]:
