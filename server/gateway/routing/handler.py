@@ -160,6 +160,7 @@ class CallHandler:
 
     name = "call"
     role = None  # the procedure's own role, which the authoriser checked
+    what = "CALL sys.…"
 
     def __init__(self, registry: Registry, context_factory: Callable[[str | None], Context],
                  max_call_size: int = DEFAULT_MAX_CALL_SIZE):

@@ -56,6 +56,7 @@ class SessionSettings:
 
     name = "setting"
     role = None
+    what = "SET of a tierlake setting"
 
     def __init__(self, keys: request_ids.RequestKeys | None = None):
         self._keys = keys
@@ -146,6 +147,7 @@ class IngestHandler:
 
     name = "ingest"
     role = None
+    what = "an INSERT into a stream table"
 
     def __init__(self, sessions: Callable[[], Any], writer: Any):
         self._sessions = sessions  # the authoriser's SparkSessions (each Thrift session's SparkSession)

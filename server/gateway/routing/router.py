@@ -41,6 +41,7 @@ class RouteHandler(Protocol):
 
     name: str
     role: str | None
+    what: str
 
     def claim(self, statement: Statement) -> bool: ...
 
@@ -75,8 +76,7 @@ class Router:
 
     def what(self, statement: Statement) -> str:
         """How a refusal names the statement's route."""
-        handler = self.by_name.get(statement.route or "")
-        return getattr(handler, "what", f"this statement ({statement.route})")
+        return self.by_name[statement.route or ""].what
 
     def execute(self, statement: Statement) -> LocalResult:
         handler = self.by_name[statement.route or ""]

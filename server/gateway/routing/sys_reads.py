@@ -261,6 +261,7 @@ class SysReads:
     POOL = 8  # idle gateway-owned Spark sessions kept, over all users
     name = "sys-read"
     role = None
+    what = "a read of sys"
 
     def __init__(self, spark: Callable[[], Any], backend: Callable[[], tuple[str, int, str | None]],
                  max_age_s: float = 10.0, enabled: bool = True, max_entries: int = 256,

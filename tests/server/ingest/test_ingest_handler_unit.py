@@ -12,7 +12,7 @@ from tierlake.server.ingest.request_ids import RequestKeys
 class Inner:
     """A route after the ingest one (the CALL route): takes statements starting with CALL."""
 
-    name, role = "call", None
+    name, role, what = "call", None, "CALL"
 
     def __init__(self):
         self.executed = []
