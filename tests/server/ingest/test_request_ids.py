@@ -152,6 +152,22 @@ def test_request_ids_are_scoped_by_user(server, spark, hive_cursor, db):
     assert rows == [(1, "alice"), (2, "bob")]
 
 
+def test_a_retried_insert_too_big_to_describe_still_goes_through_the_committer(server, spark, hive_cursor, db):
+    """Development mode parses a statement only to route it, and describes at most
+    ``ROUTING_PLAN_NODES`` of its plan: an INSERT of thousands of rows is routed on its root alone, and
+    still written by the committer, so its retry with the same request id writes nothing."""
+    from tierlake.server.gateway.auth.planauth import ROUTING_PLAN_NODES
+
+    table = log_table(hive_cursor, db)
+    rows = ROUTING_PLAN_NODES // 2
+    statement = f"INSERT INTO {table} VALUES " + ", ".join(f"({i}, 'w{i % 7}')" for i in range(rows))
+    with connect(server) as conn:
+        cursor = conn.cursor()
+        send(cursor, "bulk-1", statement)
+        send(cursor, "bulk-1", statement)  # the client's retry
+    assert ids(spark, table) == list(range(rows))
+
+
 def test_an_id_names_the_next_statement_only_whatever_it_is_and_however_it_ends(server, spark, hive_cursor, db):
     """Reproduction 3: an id set before a write to a plain table (or before a failed INSERT)
     stayed set and tagged the next, unrelated stream INSERT; a retry of the id then wrote nothing."""
