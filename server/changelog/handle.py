@@ -221,3 +221,22 @@ class TableHandle:
             return im.data_file_counts(self.stream_table)[0], im.data_file_counts(self.lake_table)[0]
         except Exception:  # noqa: BLE001 - only a hint for when maintenance is due
             return None
+
+
+class OnHandle:
+    """The table's identity, read through the ``handle`` of a class that carries one (a round's plan,
+    a quality gate's target): the handle is the one place it is kept."""
+
+    handle: TableHandle
+
+    @property
+    def stream(self) -> TablePath:
+        return self.handle.stream
+
+    @property
+    def lake(self) -> TablePath:
+        return self.handle.lake
+
+    @property
+    def spec(self) -> TieredSpec:
+        return self.handle.spec

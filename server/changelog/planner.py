@@ -14,10 +14,9 @@ from typing import Any
 
 from tierlake.server.catalog.properties import LOG_START_PROPERTY as LOG_START
 from tierlake.server.catalog.properties import MAINTENANCE, SOURCE_POSITION, SOURCE_SNAPSHOT
-from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
 from tierlake.server.changelog import positions
-from tierlake.server.changelog.handle import TableHandle
+from tierlake.server.changelog.handle import OnHandle, TableHandle
 from tierlake.server.changelog.positions import Registered, lake_position, summary
 from tierlake.server.exceptions import NonAppendCommitError, TieringGuardError
 
@@ -74,7 +73,7 @@ class Chunk:
 
 
 @dataclass
-class Plan:
+class Plan(OnHandle):
     # The table the plan was made for, with the Iceberg tables it was made from: the round's
     # steps read them (server/changelog/handle.py).
     handle: TableHandle = field(repr=False, compare=False)
@@ -86,18 +85,6 @@ class Plan:
     snapshot_split: Any = None  # set by server/tiering/snapshot_split.py: read it before the commits
     replaced: list[int] = field(default_factory=list)  # positions of replace commits after lake_position
     stream_uuid: str | None = None  # recorded in the lake with every commit (server/changelog/positions.py)
-
-    @property
-    def stream(self) -> TablePath:
-        return self.handle.stream
-
-    @property
-    def lake(self) -> TablePath:
-        return self.handle.lake
-
-    @property
-    def spec(self) -> TieredSpec:
-        return self.handle.spec
 
     @property
     def empty(self) -> bool:

@@ -31,9 +31,8 @@ from typing import Any
 
 from tierlake.server.catalog import reads
 from tierlake.server.catalog.properties import LAKE_TIERED_POSITION
-from tierlake.server.catalog.spec import TieredSpec
 from tierlake.server.catalog.table_path import TablePath
-from tierlake.server.changelog.handle import TableHandle
+from tierlake.server.changelog.handle import OnHandle, TableHandle
 from tierlake.server.changelog.planner import SOURCE_POSITION
 from tierlake.server.changelog.planner import summary as summary_of
 from tierlake.server.quality import gx, lake_diff
@@ -48,7 +47,7 @@ DEFAULT_SAMPLE_SIZE = 10
 
 
 @dataclass
-class Target:
+class Target(OnHandle):
     """What one run validates: a lake table (at ``main`` or a branch) against a stream position."""
 
     table_id: int | None
@@ -60,18 +59,6 @@ class Target:
     epoch: int | None = None
     compare_stream: bool = False  # add tierlake_lake_equals_stream (sys.validate)
     kv_bases: tuple[lake_diff.KvBase, ...] = ()  # retained KV snapshots that comparison may start from
-
-    @property
-    def stream(self) -> TablePath:
-        return self.handle.stream
-
-    @property
-    def lake(self) -> TablePath:
-        return self.handle.lake
-
-    @property
-    def spec(self) -> TieredSpec:
-        return self.handle.spec
 
 
 @dataclass
