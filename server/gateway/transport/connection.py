@@ -12,7 +12,6 @@ any handle it knows to any connection, so a foreign one is refused here and
 never relayed. Statements the gateway answers itself: local.py.
 """
 
-
 from __future__ import annotations
 
 import logging

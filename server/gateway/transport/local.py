@@ -10,7 +10,6 @@ it ends within ``ASYNC_GRACE_S``). The operation calls on the handle it made
 those on any other handle are relayed (connection.py).
 """
 
-
 from __future__ import annotations
 
 import dataclasses
@@ -87,6 +86,7 @@ class LocalOperation:
         if self.failure is not None:
             return S.CANCELED_STATE if self.control.cancelled else S.ERROR_STATE
         return S.FINISHED_STATE
+
 
 class LocalStatements:
     """The part of a client connection (connection.Connection) that answers statements the gateway

@@ -15,7 +15,6 @@ full handshake pool evicts its oldest member rather than turning away the
 newcomer.
 """
 
-
 from __future__ import annotations
 
 import logging
