@@ -226,7 +226,10 @@ def warehouse_files(spark, db: str) -> set[str]:
 
 def catalog_state(spark, db: str):
     databases = {d for d in (db, f"{db}_lake") if spark.catalog.databaseExists(d)}
-    tables = {(d, r.tableName) for d in databases for r in spark.sql(f"SHOW TABLES IN `{d}`").collect()}
+    # Not the session's temporary views: the server's background work (a KV snapshot's delta) makes its
+    # own in this shared session for as long as it writes, and they are no table of the database.
+    tables = {(d, r.tableName) for d in databases for r in spark.sql(f"SHOW TABLES IN `{d}`").collect()
+              if not r.isTemporary}
     staged = {r.tableName for r in spark.sql("SHOW TABLES IN sys").collect() if r.tableName.startswith("ctas_")
               and r.tableName != "ctas_journal"}
     registered = {(r.database_name, r.table_name) for r in spark.sql("SELECT * FROM sys.tiering_tables").collect()}
