@@ -318,11 +318,6 @@ def fresh_view_properties(spark: Any, path: TablePath) -> dict[str, str] | None:
     return props if FRESH_VIEW_PROPERTY in props or str(props.get(ENABLED, "")).lower() == "true" else None
 
 
-def has_fresh_view(spark: Any, path: TablePath) -> bool:
-    """The table exists and is tiered or names a fresh view (:func:`fresh_view_properties`)."""
-    return fresh_view_properties(spark, path) is not None
-
-
 def _run_statement(spark: Any, command: TableChange | ColumnChange, statement: str) -> Any:
     """Run the statement a command was recognised from: its plan as parsed when the gateway decided on
     it (one parse per statement, and what runs is what was decided), else its text."""
