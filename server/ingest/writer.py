@@ -85,6 +85,7 @@ class StreamWriter:
     def __init__(self, jvm: Any = None):
         self._jvm = jvm
         self._specs: dict[str, TieredSpec] = {}
+        self._described: dict[str, tuple[str, TieredSpec, bool, int]] = {}  # describe()'s text → its reading
 
     def _ingest(self) -> Any:
         return jclass(STREAM_INGEST, self._jvm)
@@ -92,21 +93,40 @@ class StreamWriter:
     def stage(self, jsession: Any, statement: str, parsed: Any = None) -> Staged | None:
         """Spark's analysis of ``statement`` in ``jsession`` (``parsed``: Spark's
         parse of it, when the authoriser already made it); None unless it
-        appends to a stream table. Spark's own errors propagate."""
+        appends to a stream table. Spark's own errors propagate. A plain ``VALUES``
+        statement's analysed form is kept for its template (:meth:`stage_cached`)."""
         ingest = self._ingest()
-        jstaged = ingest.stage(jsession, statement) if parsed is None else ingest.stageParsed(jsession, parsed)
-        if jstaged is None:
-            return None
-        described = json.loads(str(jstaged.describe()))
-        properties = described["properties"]
-        cache_key = json.dumps(properties, sort_keys=True)
-        spec = self._specs.get(cache_key)
-        if spec is None:
-            spec = TieredSpec.from_properties({str(k): str(v) for k, v in properties.items()})
-            if len(self._specs) > 1024:
-                self._specs.clear()
-            self._specs[cache_key] = spec
-        return Staged(jstaged, described["name"], spec, bool(described["local"]), int(described["rows"]))
+        jstaged = (ingest.stage(jsession, statement) if parsed is None
+                   else ingest.stageParsed(jsession, statement, parsed))
+        return None if jstaged is None else self._staged(jstaged)
+
+    def stage_cached(self, jsession: Any, statement: str) -> Staged | None:
+        """``statement`` staged without Spark's parse and analysis when a statement of the same
+        template (its text but for plain literals, their types, the session's settings, current
+        namespace and role) was analysed before and the table has not changed since
+        (ingest/java/ValuesTemplates.java); else None, and the caller stages it with Spark."""
+        jstaged = self._ingest().stageCached(jsession, statement)
+        return None if jstaged is None else self._staged(jstaged)
+
+    def _staged(self, jstaged: Any) -> Staged:
+        described = str(jstaged.describe())
+        found = self._described.get(described)
+        if found is None:
+            decoded = json.loads(described)
+            properties = decoded["properties"]
+            cache_key = json.dumps(properties, sort_keys=True)
+            spec = self._specs.get(cache_key)
+            if spec is None:
+                spec = TieredSpec.from_properties({str(k): str(v) for k, v in properties.items()})
+                if len(self._specs) > 1024:
+                    self._specs.clear()
+                self._specs[cache_key] = spec
+            found = (decoded["name"], spec, bool(decoded["local"]), int(decoded["rows"]))
+            if len(self._described) > 1024:
+                self._described.clear()
+            self._described[described] = found
+        name, spec, local, rows = found
+        return Staged(jstaged, name, spec, local, rows)
 
     def write(self, staged: Staged) -> WriteResult:
         """Check and commit ``staged``; returns once its commit landed. A cancel of the

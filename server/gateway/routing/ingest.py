@@ -172,8 +172,7 @@ class IngestHandler:
         pass
 
     def _stage(self, statement: Statement) -> Any:
-        plan = statement.parsed("insert" in statement.text.lower())
-        if plan is None or plan.root is None or plan.root.name != "InsertIntoStatement":
+        if "insert" not in statement.text.lower():
             return None
         sessions = self._sessions()
         if sessions is None:
@@ -181,6 +180,17 @@ class IngestHandler:
         session = statement.session
         try:
             jsession = sessions.session(session.session_guid, session.secret)
+            # A template analysed before: no parse, no analysis (ingest/java/ValuesTemplates.java).
+            try:
+                staged = self.writer.stage_cached(jsession, statement.text)
+            except Exception:  # Spark's path below decides and reports
+                log.debug("INSERT template not used: %r", statement.text[:200], exc_info=True)
+                staged = None
+            if staged is not None:
+                return staged
+            plan = statement.parsed()
+            if plan is None or plan.root is None or plan.root.name != "InsertIntoStatement":
+                return None
             return self.writer.stage(jsession, statement.text, plan.java)
         except Exception:
             log.debug("INSERT not staged, relayed: %r", statement.text[:200], exc_info=True)

@@ -225,7 +225,30 @@ public final class StreamIngest {
      * (unknown table or column, a bad cast) are thrown as Spark throws them.
      */
     public static Staged stage(SparkSession session, String statement) throws Exception {
-        return stageParsed(session, PlanWalker.parse(session, statement));  // literal ${...}, as the session runs it
+        return stageParsed(session, statement, PlanWalker.parse(session, statement));  // literal ${...}, as the session runs it
+    }
+
+    /**
+     * {@link #stage} of a statement whose template was analysed before (ValuesTemplates): no
+     * parse and no analysis; null when it was not, or anything the kept form depends on changed.
+     */
+    public static Staged stageCached(SparkSession session, String statement) {
+        return ValuesTemplates.stage(session, statement);
+    }
+
+    /** {@link #stageParsed}, keeping the analysed form of {@code statement}'s template when it is plain VALUES. */
+    public static Staged stageParsed(SparkSession session, String statement, LogicalPlan parsed) {
+        Staged staged = stageParsed(session, parsed);
+        if (staged != null) {
+            ValuesTemplates.keep(session, statement, parsed, staged);
+        }
+        return staged;
+    }
+
+    /** The metadata the committer of table {@code uuid} committed or read last, or null. */
+    static TableMetadata latestCommitted(String uuid) {
+        Committer c = COMMITTERS.get(uuid);
+        return c == null ? null : c.indexed;
     }
 
     /** {@link #stage} of a statement Spark already parsed (the gateway's authoriser did). */
@@ -260,7 +283,7 @@ public final class StreamIngest {
     /** Process-wide counters as a JSON object (statements, groups, rows). */
     public static String counters() {
         return "{\"statements\":" + STATEMENTS.get() + ",\"groups\":" + GROUPS.get() + ",\"rows\":"
-                + ROWS.get() + "}";
+                + ROWS.get() + "," + ValuesTemplates.counters() + "}";
     }
 
     /** One analysed INSERT into a stream table, not yet written. */
@@ -270,6 +293,8 @@ public final class StreamIngest {
         private final Table table;
         private final LogicalPlan query;
         private final List<InternalRow> rows;
+        /** How the rows were made from the VALUES (null: a query, or values the optimizer folded). */
+        private final LocalForm form;
         /** The key this write is recorded under (server/ingest/request_ids.py), or null: set by the gateway. */
         private volatile String requestId;
         /** The client went away or cancelled: not committed unless its commit already began. */
@@ -284,7 +309,35 @@ public final class StreamIngest {
             // Spark adds AssertNotNull for NOT NULL key columns; the checks
             // below report NULL keys with their count instead of its error.
             this.query = stripAssertNotNull(append.query());
-            this.rows = writable(table) ? localRows(session, query) : null;
+            boolean writable = writable(table);
+            this.form = writable ? LocalForm.of(query) : null;
+            this.rows = form != null ? form.rows() : writable ? localRows(session, query) : null;
+        }
+
+        private Staged(Staged first, SparkSession session, List<InternalRow> rows) {
+            this.session = session;
+            this.append = first.append;
+            this.table = first.table;
+            this.query = first.query;
+            this.form = first.form;
+            this.rows = rows;
+        }
+
+        /** The same statement's form with other rows, in {@code session} (ValuesTemplates). */
+        Staged again(SparkSession session, List<InternalRow> rows) {
+            return new Staged(this, session, rows);
+        }
+
+        boolean isLocal() {
+            return rows != null;
+        }
+
+        LocalForm localForm() {
+            return form;
+        }
+
+        Table table() {
+            return table;
         }
 
         /**
@@ -742,7 +795,7 @@ public final class StreamIngest {
          * whether or not the snapshot is still there.
          */
         private final Map<String, Long> requestIds = new ConcurrentHashMap<>();
-        private TableMetadata indexed;
+        private volatile TableMetadata indexed;
         /** The newest sequence number {@link #index} has seen (format v2 and later). */
         private long indexedSeq = -1;
         private long lastPrune = System.currentTimeMillis();
@@ -1199,38 +1252,100 @@ public final class StreamIngest {
      * fixes once per statement, so such a query goes through the optimizer).
      */
     static List<InternalRow> localRows(SparkSession session, LogicalPlan query) {
-        if (query instanceof LocalRelation) {
-            return copyRows(((LocalRelation) query).data());
-        }
-        if (query instanceof org.apache.spark.sql.catalyst.plans.logical.Project
-                && ((org.apache.spark.sql.catalyst.plans.logical.Project) query).child() instanceof LocalRelation) {
-            org.apache.spark.sql.catalyst.plans.logical.Project project =
-                    (org.apache.spark.sql.catalyst.plans.logical.Project) query;
-            boolean direct = true;
-            scala.collection.Iterator<org.apache.spark.sql.catalyst.expressions.NamedExpression> it =
-                    project.projectList().iterator();
-            while (it.hasNext() && direct) {
-                direct = evaluable((Expression) it.next());
-            }
-            if (direct) {
-                LocalRelation child = (LocalRelation) project.child();
-                @SuppressWarnings("unchecked")
-                scala.collection.Seq<Expression> exprs = (scala.collection.Seq<Expression>) (Object) project.projectList();
-                scala.collection.Seq<Expression> bound = bind(exprs, child.output());
-                org.apache.spark.sql.catalyst.expressions.MutableProjection projection =
-                        org.apache.spark.sql.catalyst.expressions.InterpretedMutableProjection.createProjection(bound);
-                projection.initialize(0);
-                List<InternalRow> out = new ArrayList<>();
-                scala.collection.Iterator<InternalRow> rows = child.data().iterator();
-                while (rows.hasNext()) {
-                    out.add(projection.apply(rows.next()).copy());
-                }
-                return out;
-            }
+        LocalForm form = LocalForm.of(query);
+        if (form != null) {
+            return form.rows();
         }
         LogicalPlan optimized = session.sessionState().executePlan(query, CommandExecutionMode.SKIP())
                 .optimizedPlan();
         return optimized instanceof LocalRelation ? copyRows(((LocalRelation) optimized).data()) : null;
+    }
+
+    /**
+     * The analysed VALUES as Spark would evaluate them: a local relation, or a projection
+     * (casts, defaults) over one whose expressions are deterministic and read no clock or
+     * session state, bound to the relation's columns by position; null for anything else.
+     * ValuesTemplates evaluates it over the rows of another statement of the same template.
+     */
+    static final class LocalForm {
+        final LocalRelation child;
+        /** The projections from the relation up, each bound to its input's columns by position; none: the rows as they are. */
+        final List<scala.collection.Seq<Expression>> layers;
+
+        private LocalForm(LocalRelation child, List<scala.collection.Seq<Expression>> layers) {
+            this.child = child;
+            this.layers = layers;
+        }
+
+        static LocalForm of(LogicalPlan query) {
+            List<org.apache.spark.sql.catalyst.plans.logical.Project> projects = new ArrayList<>();
+            LogicalPlan at = query;
+            while (at instanceof org.apache.spark.sql.catalyst.plans.logical.Project) {
+                projects.add(0, (org.apache.spark.sql.catalyst.plans.logical.Project) at);
+                at = ((org.apache.spark.sql.catalyst.plans.logical.Project) at).child();
+            }
+            if (!(at instanceof LocalRelation) || projects.size() > 4) {
+                return null;
+            }
+            List<scala.collection.Seq<Expression>> layers = new ArrayList<>();
+            for (org.apache.spark.sql.catalyst.plans.logical.Project project : projects) {
+                @SuppressWarnings("unchecked")
+                scala.collection.Seq<Expression> exprs = (scala.collection.Seq<Expression>) (Object) project.projectList();
+                // Bound first: a column reference is Unevaluable, its bound form is not.
+                scala.collection.Seq<Expression> bound = bind(exprs, project.child().output());
+                scala.collection.Iterator<Expression> it = bound.iterator();
+                while (it.hasNext()) {
+                    if (!evaluable(it.next())) {
+                        return null;
+                    }
+                }
+                layers.add(bound);
+            }
+            return new LocalForm((LocalRelation) at, layers);
+        }
+
+        /** Whether rows of these column types are what this form reads. */
+        boolean matches(org.apache.spark.sql.types.DataType[] types) {
+            List<org.apache.spark.sql.catalyst.expressions.Attribute> output =
+                    scala.collection.JavaConverters.seqAsJavaList(child.output());
+            if (output.size() != types.length) {
+                return false;
+            }
+            for (int i = 0; i < types.length; i++) {
+                if (!output.get(i).dataType().equals(types[i])) {
+                    return false;
+                }
+            }
+            return true;
+        }
+
+        List<InternalRow> rows() {
+            return rows(child.data());
+        }
+
+        List<InternalRow> rows(scala.collection.Seq<InternalRow> data) {
+            if (layers.isEmpty()) {
+                return copyRows(data);
+            }
+            // Projections per call: an InterpretedMutableProjection holds its output row.
+            List<org.apache.spark.sql.catalyst.expressions.MutableProjection> projections = new ArrayList<>();
+            for (scala.collection.Seq<Expression> layer : layers) {
+                org.apache.spark.sql.catalyst.expressions.MutableProjection projection =
+                        org.apache.spark.sql.catalyst.expressions.InterpretedMutableProjection.createProjection(layer);
+                projection.initialize(0);
+                projections.add(projection);
+            }
+            List<InternalRow> out = new ArrayList<>();
+            scala.collection.Iterator<InternalRow> rows = data.iterator();
+            while (rows.hasNext()) {
+                InternalRow row = rows.next();
+                for (org.apache.spark.sql.catalyst.expressions.MutableProjection projection : projections) {
+                    row = projection.apply(row);
+                }
+                out.add(row.copy());
+            }
+            return out;
+        }
     }
 
     /**

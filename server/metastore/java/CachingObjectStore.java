@@ -126,6 +126,22 @@ public class CachingObjectStore extends ObjectStore {
         keys.clear();
     }
 
+    /**
+     * The {@code metadata_location} of the table's row while this cache holds the row as it is now
+     * (read under the current version), else null: whoever needs it then reads the metastore.
+     * The INSERT templates (ValuesTemplates.java) ask it, from memory, whether a table changed.
+     */
+    static String metadataLocation(String db, String table) {
+        String k = key(db, table);
+        AtomicLong v = VERSIONS.get(k);
+        Entry e = CACHE.get(k);
+        if (v == null || e == null || e.version != v.get() || !(e.row instanceof Table)) {
+            return null;
+        }
+        java.util.Map<String, String> parameters = ((Table) e.row).getParameters();
+        return parameters == null ? null : parameters.get("metadata_location");
+    }
+
     /** Hits and misses as {@code "hits misses"} (tests, benchmarks). */
     public static String stats() {
         return HITS.get() + " " + MISSES.get();

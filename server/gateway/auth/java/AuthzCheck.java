@@ -8,7 +8,6 @@ import java.util.Collections;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.WeakHashMap;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.SparkSessionExtensions;
 import org.apache.spark.sql.catalyst.expressions.Expression;
@@ -45,7 +44,6 @@ public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, 
     private static final String SESSION_CATALOG = "spark_catalog";
 
     private static final String NOBODY = "nobody";
-    private static final Map<SparkSession, String> ROLES = Collections.synchronizedMap(new WeakHashMap<>());
 
     /** The policy {@link #configure} read, or null: not configured (deny by default). */
     private static volatile Policy policy;
@@ -218,14 +216,14 @@ public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, 
 
     /** Check every plan ``session`` (``user``'s) analyses from now on as ``role`` (admin, writer or reader). */
     public static void bind(SparkSession session, String role, String user) {
-        ROLES.put(session, role);
+        SessionRoles.bind(session, role);
         // The Thrift Server's statement events name the user, not the session: the deadline of a
         // reader's statements goes by the role its user was last bound to.
         if (user != null) StatementDeadline.noteUser(user, READER.equals(role));
     }
 
     public static String roleOf(SparkSession session) {
-        return ROLES.get(session);
+        return SessionRoles.of(session);
     }
 
     @Override
@@ -250,7 +248,7 @@ public final class AuthzCheck extends AbstractFunction1<SparkSessionExtensions, 
                         // This is the statement's own thread (the Thrift Server set its job group here):
                         // its deadline can stop the thread should planning outlive it.
                         StatementDeadline.noteThread(session.sparkContext().getLocalProperty(StatementDeadline.JOB_GROUP));
-                        String role = ROLES.get(session);
+                        String role = SessionRoles.of(session);
                         // A session no role was bound to (development mode, the server's own) is
                         // checked as admin's: what no role may run (XPath, reflection outside the
                         // policy's reflection-classes) is refused there too.

@@ -1,0 +1,511 @@
+package io.tierlake.internal;
+
+import java.math.BigDecimal;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicLong;
+import org.apache.iceberg.Table;
+import org.apache.iceberg.TableMetadata;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.analysis.ResolveInlineTables$;
+import org.apache.spark.sql.catalyst.analysis.UnresolvedInlineTable;
+import org.apache.spark.sql.catalyst.analysis.UnresolvedRelation;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.Literal;
+import org.apache.spark.sql.catalyst.plans.logical.InsertIntoStatement;
+import org.apache.spark.sql.catalyst.plans.logical.LocalRelation;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.internal.SQLConf$;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import scala.collection.JavaConverters;
+import scala.runtime.AbstractFunction0;
+
+/**
+ * The analysed form of {@code INSERT INTO t [(cols)] VALUES (…), …} kept per statement
+ * template: the text with its plain literals (strings, integers, decimals) cut out, and
+ * their types. A statement whose template and literal types were analysed before is
+ * staged without Spark's parse and analysis: its literals are put into the parse Spark
+ * made of the first statement, Spark's own {@code ResolveInlineTables} turns them into
+ * rows, and the analysed projection (the table's casts) is evaluated over them.
+ *
+ * <p>Why it is exact (docs/ingest.md, "Statements analysed once"):
+ * <ul>
+ * <li>A template is kept only after Spark parsed one statement of it and every cut-out
+ *     literal was found in that parse, at the very characters cut out, as the very
+ *     {@code Literal} (value and type) this class makes of the text; every cell of the
+ *     {@code VALUES} is a literal. The scan gives up (the statement takes Spark's path)
+ *     on anything it does not fully know: comments, {@code $} (variable substitution),
+ *     a backslash, non-ASCII outside a string, a number next to a dot or a letter.
+ *     Spark's analysis depends on the literals' types, not their values; the types
+ *     are part of the key.</li>
+ * <li>The session's state that analysis reads is part of the key and compared whole:
+ *     every SQL setting, the current catalog and namespace, the role its plans are
+ *     checked as (AuthzCheck); a temporary view of the table's name takes Spark's path.</li>
+ * <li>The table is the one Spark would load now: the metastore's current metadata file
+ *     (CachingObjectStore, from memory) is the one the table's committer committed or
+ *     read last, and that metadata has the schema, partition spec and properties the
+ *     statement was analysed against. Anything else (another writer's commit, an ALTER,
+ *     a remote metastore) takes Spark's path, whose table the committer then adopts.</li>
+ * </ul>
+ */
+final class ValuesTemplates {
+    private ValuesTemplates() {}
+
+    static final int MAX_ENTRIES = 512;
+    static final int MAX_TEXT = 256 * 1024;
+    /** Integers of up to 18 digits are Spark's INT or BIGINT; decimals of up to 30 digits are not rounded. */
+    static final int MAX_INTEGER_DIGITS = 18;
+    static final int MAX_DECIMAL_DIGITS = 30;
+
+    static final AtomicLong HITS = new AtomicLong();
+    static final AtomicLong MISSES = new AtomicLong();
+    static final AtomicLong KEPT = new AtomicLong();
+    static final AtomicLong REFUSED = new AtomicLong();
+
+    /** key → Entry, or NOT_KEPT for a template whose parse did not match its scan. */
+    private static final Map<String, Object> ENTRIES = new ConcurrentHashMap<>();
+    private static final Object NOT_KEPT = new Object();
+
+    /** A statement's text cut at its plain literals. */
+    static final class Scan {
+        final String template;
+        final List<String> slots = new ArrayList<>();
+        final List<int[]> spans = new ArrayList<>();  // [start, end) in the text
+        final StringBuilder kinds = new StringBuilder();
+
+        Scan(String template) {
+            this.template = template;
+        }
+    }
+
+    private static boolean ident(char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+    }
+
+    private static boolean digit(char c) {
+        return c >= '0' && c <= '9';
+    }
+
+    /** The non-blank character before {@code i}, or 0. */
+    private static char before(String text, int i) {
+        for (int k = i - 1; k >= 0; k--) {
+            char c = text.charAt(k);
+            if (!Character.isWhitespace(c)) {
+                return c;
+            }
+        }
+        return 0;
+    }
+
+    /** {@code text} cut at its plain literals, or null when it holds anything this scan does not fully know. */
+    static Scan scan(String text) {
+        int n = text.length();
+        if (n > MAX_TEXT) {
+            return null;
+        }
+        StringBuilder t = new StringBuilder(n);
+        List<Object[]> slots = new ArrayList<>();
+        int i = 0;
+        while (i < n) {
+            char c = text.charAt(i);
+            if (c >= 128 || c == '$' || c == 0 || c == 1 || c == '\\') {
+                return null;
+            }
+            if (c == '\'' || c == '"') {
+                int j = text.indexOf(c, i + 1);
+                if (j < 0 || text.substring(i + 1, j).indexOf('\\') >= 0 || text.substring(i + 1, j).indexOf(0) >= 0) {
+                    return null;
+                }
+                if (i > 0 && ident(text.charAt(i - 1))) {
+                    t.append(text, i, j + 1);  // X'..', DATE'..', r'..': part of the template
+                } else {
+                    slots.add(new Object[] {i, j + 1, 'S'});
+                    t.append('\0').append('S');
+                }
+                i = j + 1;
+                continue;
+            }
+            if (c == '`') {
+                int j = i + 1;
+                int k;
+                while (true) {
+                    k = text.indexOf('`', j);
+                    if (k < 0) {
+                        return null;
+                    }
+                    if (k + 1 < n && text.charAt(k + 1) == '`') {
+                        j = k + 2;
+                        continue;
+                    }
+                    break;
+                }
+                for (int m = i; m <= k; m++) {
+                    if (text.charAt(m) >= 128 || text.charAt(m) == 0) {
+                        return null;
+                    }
+                }
+                t.append(text, i, k + 1);
+                i = k + 1;
+                continue;
+            }
+            if ((c == '-' && i + 1 < n && text.charAt(i + 1) == '-') || (c == '/' && i + 1 < n && text.charAt(i + 1) == '*')) {
+                return null;
+            }
+            int start = i;
+            int from = i;
+            if (c == '-' && i + 1 < n && digit(text.charAt(i + 1)) && (before(text, i) == '(' || before(text, i) == ',')) {
+                from = i + 1;  // a signed number: Spark's literal covers the sign
+            } else if (!ident(c)) {
+                t.append(c);
+                i++;
+                continue;
+            }
+            int j = from;
+            while (j < n && ident(text.charAt(j))) {
+                j++;
+            }
+            boolean digits = true;
+            for (int m = from; m < j && digits; m++) {
+                digits = digit(text.charAt(m));
+            }
+            if (!digits) {
+                if (from != start) {  // '-' before a name: an operator
+                    t.append('-');
+                    i = from;
+                    continue;
+                }
+                t.append(text, i, j);
+                i = j;
+                continue;
+            }
+            if (start > 0 && text.charAt(start - 1) == '.') {
+                return null;
+            }
+            if (j < n && text.charAt(j) == '.') {
+                int k = j + 1;
+                while (k < n && digit(text.charAt(k))) {
+                    k++;
+                }
+                if (k == j + 1 || (k < n && (ident(text.charAt(k)) || text.charAt(k) == '.'))) {
+                    return null;
+                }
+                if ((j - from) + (k - j - 1) > MAX_DECIMAL_DIGITS) {
+                    t.append(text, start, k);
+                } else {
+                    slots.add(new Object[] {start, k, 'D'});
+                    t.append('\0').append('D');
+                }
+                i = k;
+                continue;
+            }
+            if (j - from > MAX_INTEGER_DIGITS) {
+                t.append(text, start, j);
+            } else {
+                slots.add(new Object[] {start, j, 'I'});
+                t.append('\0').append('I');
+            }
+            i = j;
+        }
+        Scan scan = new Scan(t.toString());
+        for (Object[] s : slots) {
+            int a = (Integer) s[0];
+            int b = (Integer) s[1];
+            scan.slots.add(text.substring(a, b));
+            scan.spans.add(new int[] {a, b});
+            scan.kinds.append((char) (Character) s[2]);
+        }
+        return scan;
+    }
+
+    /** The literal Spark's parser makes of a cut-out slot (AstBuilder's integer, decimal and string literals). */
+    static Literal literal(char kind, String slot) {
+        switch (kind) {
+            case 'S':
+                return org.apache.spark.sql.catalyst.expressions.Literal$.MODULE$.create(
+                        org.apache.spark.sql.catalyst.util.SparkParserUtils$.MODULE$.unescapeSQLString(slot),
+                        DataTypes.StringType);
+            case 'I': {
+                long v = Long.parseLong(slot);  // at most 18 digits and a sign
+                return org.apache.spark.sql.catalyst.expressions.Literal$.MODULE$.apply(
+                        v >= Integer.MIN_VALUE && v <= Integer.MAX_VALUE ? (Object) Integer.valueOf((int) v) : (Object) Long.valueOf(v));
+            }
+            case 'D':
+                return org.apache.spark.sql.catalyst.expressions.Literal$.MODULE$.apply(new BigDecimal(slot));
+            default:
+                throw new IllegalArgumentException("slot kind " + kind);
+        }
+    }
+
+    /** One analysed template: what a hit needs to stage a statement without Spark's parse and analysis. */
+    static final class Entry {
+        final scala.collection.immutable.Map<String, String> conf;
+        final scala.collection.Seq<String> name;
+        final UnresolvedInlineTable parsed;
+        final int[][] cells;  // slot → {row, column}
+        final StreamIngest.Staged first;
+        final StreamIngest.LocalForm form;
+        final DataType[] inlineTypes;
+        final String tableUuid;
+        final String dbKey;
+        final String tableKey;
+        final int schemaId;
+        final int specId;
+        final Map<String, String> properties;
+
+        Entry(scala.collection.immutable.Map<String, String> conf, scala.collection.Seq<String> name,
+              UnresolvedInlineTable parsed, int[][] cells, StreamIngest.Staged first, StreamIngest.LocalForm form,
+              DataType[] inlineTypes, Table table) {
+            this.conf = conf;
+            this.name = name;
+            this.parsed = parsed;
+            this.cells = cells;
+            this.first = first;
+            this.form = form;
+            this.inlineTypes = inlineTypes;
+            this.tableUuid = table.uuid().toString();
+            String[] parts = table.name().split("\\.");
+            this.dbKey = parts.length >= 2 ? parts[parts.length - 2] : null;
+            this.tableKey = parts.length >= 2 ? parts[parts.length - 1] : null;
+            this.schemaId = table.schema().schemaId();
+            this.specId = table.spec().specId();
+            this.properties = table.properties();
+        }
+    }
+
+    private static String context(SparkSession session, scala.collection.immutable.Map<String, String> conf) {
+        org.apache.spark.sql.connector.catalog.CatalogManager catalogs = session.sessionState().catalogManager();
+        String role = SessionRoles.of(session);
+        return (role == null ? "" : role) + '\u0002' + catalogs.currentCatalog().name() + '\u0002'
+                + String.join("\u0003", catalogs.currentNamespace()) + '\u0002' + conf.hashCode();
+    }
+
+    private static String key(Scan scan, List<Literal> literals, String context) {
+        StringBuilder k = new StringBuilder(scan.template.length() + 16 * literals.size() + context.length() + 2);
+        k.append(scan.template).append('\u0001');
+        for (Literal l : literals) {
+            k.append(l.dataType().catalogString()).append(',');
+        }
+        return k.append('\u0001').append(context).toString();
+    }
+
+    private static List<Literal> literals(Scan scan) {
+        List<Literal> out = new ArrayList<>(scan.slots.size());
+        for (int s = 0; s < scan.slots.size(); s++) {
+            out.add(literal(scan.kinds.charAt(s), scan.slots.get(s)));
+        }
+        return out;
+    }
+
+    /**
+     * {@code statement} staged from its template's analysed form, or null: it has no
+     * kept template, or anything the form depends on changed (then Spark parses and
+     * analyses it, and {@link #keep} may keep its form).
+     */
+    static StreamIngest.Staged stage(SparkSession session, String statement) {
+        Scan scan = scan(statement);
+        if (scan == null || scan.slots.isEmpty()) {
+            return null;
+        }
+        List<Literal> literals;
+        try {
+            literals = literals(scan);
+        } catch (RuntimeException e) {
+            return null;  // Spark's parser reports it
+        }
+        scala.collection.immutable.Map<String, String> conf = session.sessionState().conf().getAllConfs();
+        Object found = ENTRIES.get(key(scan, literals, context(session, conf)));
+        if (!(found instanceof Entry)) {
+            MISSES.incrementAndGet();
+            return null;
+        }
+        Entry e = (Entry) found;
+        if (!e.conf.equals(conf) || session.sessionState().catalog().isTempView(e.name) || !current(e)) {
+            MISSES.incrementAndGet();
+            return null;
+        }
+        List<InternalRow> rows = rows(session, e, literals);
+        if (rows == null) {
+            MISSES.incrementAndGet();
+            return null;
+        }
+        HITS.incrementAndGet();
+        return e.first.again(session, rows);
+    }
+
+    /** Whether the metastore's table is, in all the entry depends on, the one it was analysed against. */
+    private static boolean current(Entry e) {
+        if (e.dbKey == null) {
+            return false;
+        }
+        TableMetadata latest = StreamIngest.latestCommitted(e.tableUuid);
+        String location = CachingObjectStore.metadataLocation(e.dbKey, e.tableKey);
+        if (latest == null || location == null || !location.equals(latest.metadataFileLocation())) {
+            return false;
+        }
+        return latest.currentSchemaId() == e.schemaId && latest.defaultSpecId() == e.specId
+                && latest.properties().equals(e.properties);
+    }
+
+    private static List<InternalRow> rows(SparkSession session, Entry e, List<Literal> literals) {
+        List<List<Expression>> rows = new ArrayList<>();
+        scala.collection.Iterator<scala.collection.Seq<Expression>> it = e.parsed.rows().iterator();
+        while (it.hasNext()) {
+            rows.add(new ArrayList<>(JavaConverters.seqAsJavaList(it.next())));
+        }
+        for (int s = 0; s < e.cells.length; s++) {
+            rows.get(e.cells[s][0]).set(e.cells[s][1], literals.get(s));
+        }
+        List<scala.collection.Seq<Expression>> seqs = new ArrayList<>(rows.size());
+        for (List<Expression> r : rows) {
+            seqs.add(JavaConverters.asScalaBuffer(r).toSeq());
+        }
+        UnresolvedInlineTable table = new UnresolvedInlineTable(e.parsed.names(), JavaConverters.asScalaBuffer(seqs).toSeq());
+        LogicalPlan resolved = SQLConf$.MODULE$.withExistingConf(session.sessionState().conf(), new AbstractFunction0<LogicalPlan>() {
+            @Override
+            public LogicalPlan apply() {
+                return (LogicalPlan) ResolveInlineTables$.MODULE$.apply(table);
+            }
+        });
+        if (!(resolved instanceof LocalRelation) || !sameTypes((LocalRelation) resolved, e.inlineTypes)) {
+            return null;
+        }
+        return e.form.rows(((LocalRelation) resolved).data());
+    }
+
+    private static DataType[] types(LocalRelation relation) {
+        List<org.apache.spark.sql.catalyst.expressions.Attribute> output = JavaConverters.seqAsJavaList(relation.output());
+        DataType[] out = new DataType[output.size()];
+        for (int i = 0; i < out.length; i++) {
+            out[i] = output.get(i).dataType();
+        }
+        return out;
+    }
+
+    private static boolean sameTypes(LocalRelation relation, DataType[] expected) {
+        List<org.apache.spark.sql.catalyst.expressions.Attribute> output = JavaConverters.seqAsJavaList(relation.output());
+        if (output.size() != expected.length) {
+            return false;
+        }
+        for (int i = 0; i < expected.length; i++) {
+            if (!output.get(i).dataType().equals(expected[i])) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /**
+     * Keep the analysed form of {@code statement}, which Spark parsed as {@code parsed} and
+     * {@code staged} analysed, when every literal this class cuts out is where Spark's parse has it.
+     */
+    static void keep(SparkSession session, String statement, LogicalPlan parsed, StreamIngest.Staged staged) {
+        if (staged == null || !staged.isLocal() || !(parsed instanceof InsertIntoStatement)) {
+            return;
+        }
+        Scan scan = scan(statement);
+        if (scan == null || scan.slots.isEmpty()) {
+            return;
+        }
+        List<Literal> literals;
+        try {
+            literals = literals(scan);
+        } catch (RuntimeException e) {
+            return;
+        }
+        scala.collection.immutable.Map<String, String> conf = session.sessionState().conf().getAllConfs();
+        String key = key(scan, literals, context(session, conf));
+        if (ENTRIES.containsKey(key)) {
+            return;
+        }
+        if (ENTRIES.size() >= MAX_ENTRIES) {
+            ENTRIES.clear();
+        }
+        Entry entry = entry(session, scan, literals, (InsertIntoStatement) parsed, staged, conf);
+        if (entry == null) {
+            REFUSED.incrementAndGet();
+            ENTRIES.put(key, NOT_KEPT);
+            return;
+        }
+        KEPT.incrementAndGet();
+        ENTRIES.put(key, entry);
+    }
+
+    private static Entry entry(SparkSession session, Scan scan, List<Literal> literals, InsertIntoStatement insert,
+                               StreamIngest.Staged staged, scala.collection.immutable.Map<String, String> conf) {
+        if (!(insert.table() instanceof UnresolvedRelation) || !(insert.query() instanceof UnresolvedInlineTable)
+                || !insert.partitionSpec().isEmpty() || insert.overwrite() || insert.ifPartitionNotExists()
+                || insert.byName()) {
+            return null;
+        }
+        StreamIngest.LocalForm form = staged.localForm();
+        if (form == null) {
+            return null;
+        }
+        UnresolvedInlineTable inline = (UnresolvedInlineTable) insert.query();
+        List<scala.collection.Seq<Expression>> rows = JavaConverters.seqAsJavaList(inline.rows());
+        int[][] cells = new int[literals.size()][];
+        for (int r = 0; r < rows.size(); r++) {
+            List<Expression> row = JavaConverters.seqAsJavaList(rows.get(r));
+            for (int c = 0; c < row.size(); c++) {
+                Expression cell = row.get(c);
+                if (!(cell instanceof Literal)) {
+                    return null;
+                }
+                scala.Option<Object> a = cell.origin().startIndex();
+                scala.Option<Object> b = cell.origin().stopIndex();
+                if (a.isEmpty() || b.isEmpty()) {
+                    // Spark keeps no position for some literals (DATE'…', X'…'): never a cut-out one,
+                    // each of which must be found at its position below.
+                    continue;
+                }
+                int start = (Integer) a.get();
+                int stop = (Integer) b.get() + 1;
+                for (int s = 0; s < scan.spans.size(); s++) {
+                    int[] span = scan.spans.get(s);
+                    if (span[0] == start && span[1] == stop) {
+                        if (cells[s] != null || !cell.equals(literals.get(s))) {
+                            return null;
+                        }
+                        cells[s] = new int[] {r, c};
+                    } else if (span[0] < stop && start < span[1]) {
+                        return null;  // a cell that covers a cut-out literal and more
+                    }
+                }
+            }
+        }
+        for (int[] cell : cells) {
+            if (cell == null) {
+                return null;  // a cut-out literal that is no cell of the VALUES
+            }
+        }
+        LogicalPlan resolved = SQLConf$.MODULE$.withExistingConf(session.sessionState().conf(), new AbstractFunction0<LogicalPlan>() {
+            @Override
+            public LogicalPlan apply() {
+                return (LogicalPlan) ResolveInlineTables$.MODULE$.apply(inline);
+            }
+        });
+        if (!(resolved instanceof LocalRelation)) {
+            return null;
+        }
+        DataType[] inlineTypes = types((LocalRelation) resolved);
+        if (!form.matches(inlineTypes)) {
+            return null;
+        }
+        return new Entry(conf, ((UnresolvedRelation) insert.table()).multipartIdentifier(), inline, cells, staged,
+                form, inlineTypes, staged.table());
+    }
+
+    /** Forget every template (tests; a DDL the server ran). */
+    static void clear() {
+        ENTRIES.clear();
+    }
+
+    static String counters() {
+        return "\"templateHits\":" + HITS.get() + ",\"templateMisses\":" + MISSES.get() + ",\"templatesKept\":"
+                + KEPT.get() + ",\"templatesRefused\":" + REFUSED.get();
+    }
+}
