@@ -112,6 +112,7 @@ def run_config(port: int, tables: list[str], pk: bool, writers: int, rows: int, 
     if sampler is not None:
         sampler.start(start_at)
     cpu = ServerCpu() if server is not None else None
+    ingest0 = _ingest_counters(server)
     try:
         if cpu is not None:
             late = time.time() - start_at
@@ -136,6 +137,14 @@ def run_config(port: int, tables: list[str], pk: bool, writers: int, rows: int, 
         "p50": p(latencies, 0.5) if latencies else float("nan"),
         "p99": p(latencies, 0.99) if latencies else float("nan"),
     }
+    ingest1 = _ingest_counters(server)
+    if ingest0 and ingest1:
+        d = {k: ingest1[k] - ingest0[k] for k in ingest0}
+        staged = d["templateHits"] + d["templateMisses"]
+        measured["templates"] = (f"statements staged from a kept template: {d['templateHits']} of {staged} "
+                                 f"(misses: table changed {d['templateStaleTable']}, session changed "
+                                 f"{d['templateStaleSession']}; templates kept {d['templatesKept']}, "
+                                 f"refused {d['templatesRefused']})")
     if cpu is not None:
         window = cpu1.at - cpu0.at
         server_s = cpu.seconds(cpu0, cpu1)
@@ -160,6 +169,15 @@ def run_config(port: int, tables: list[str], pk: bool, writers: int, rows: int, 
                 f"the writers' own CPU {measured['clients_cpu_s']:.2f} s (their process_time), reaped into "
                 f"the bench process's cutime (not counted) {reaped:.2f} s")
     return measured
+
+
+def _ingest_counters(server) -> dict | None:
+    """StreamIngest's counters (statements, templates) in the server's JVM, or None without a server."""
+    if server is None:
+        return None
+    from tierlake.server.ingest.writer import StreamWriter  # import here: the bench's server process only
+
+    return StreamWriter().counters()
 
 
 def _rounds(server) -> int:
@@ -342,6 +360,8 @@ def run(args: argparse.Namespace, settings: dict[str, str]) -> None:
                                       "(the bench process was late)", flush=True)
                             if r.get("cpu_check"):
                                 print(f"  {r['cpu_check']}", flush=True)
+                            if path == "tierlake" and r.get("templates"):
+                                print(f"  {r['templates']}", flush=True)
                             if r["first_error"]:
                                 print(f"  first error: {r['first_error']}", flush=True)
                             if sampler is not None:

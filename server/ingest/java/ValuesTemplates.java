@@ -63,6 +63,9 @@ final class ValuesTemplates {
 
     static final AtomicLong HITS = new AtomicLong();
     static final AtomicLong MISSES = new AtomicLong();
+    /** Misses whose template was kept but whose session state or table had changed since. */
+    static final AtomicLong STALE_SESSION = new AtomicLong();
+    static final AtomicLong STALE_TABLE = new AtomicLong();
     static final AtomicLong KEPT = new AtomicLong();
     static final AtomicLong REFUSED = new AtomicLong();
 
@@ -323,8 +326,14 @@ final class ValuesTemplates {
             return null;
         }
         Entry e = (Entry) found;
-        if (!e.conf.equals(conf) || session.sessionState().catalog().isTempView(e.name) || !current(e)) {
+        if (!e.conf.equals(conf) || session.sessionState().catalog().isTempView(e.name)) {
             MISSES.incrementAndGet();
+            STALE_SESSION.incrementAndGet();
+            return null;
+        }
+        if (!current(e)) {
+            MISSES.incrementAndGet();
+            STALE_TABLE.incrementAndGet();
             return null;
         }
         List<InternalRow> rows = rows(session, e, literals);
@@ -418,9 +427,10 @@ final class ValuesTemplates {
         }
         scala.collection.immutable.Map<String, String> conf = session.sessionState().conf().getAllConfs();
         String key = key(scan, literals, context(session, conf));
-        if (ENTRIES.containsKey(key)) {
-            return;
+        if (ENTRIES.get(key) == NOT_KEPT) {
+            return;  // its text does not match its parse: that does not change
         }
+        // A kept form that no longer served (the table or the session changed) is replaced by this one.
         if (ENTRIES.size() >= MAX_ENTRIES) {
             ENTRIES.clear();
         }
@@ -505,7 +515,8 @@ final class ValuesTemplates {
     }
 
     static String counters() {
-        return "\"templateHits\":" + HITS.get() + ",\"templateMisses\":" + MISSES.get() + ",\"templatesKept\":"
+        return "\"templateHits\":" + HITS.get() + ",\"templateMisses\":" + MISSES.get() + ",\"templateStaleSession\":"
+                + STALE_SESSION.get() + ",\"templateStaleTable\":" + STALE_TABLE.get() + ",\"templatesKept\":"
                 + KEPT.get() + ",\"templatesRefused\":" + REFUSED.get();
     }
 }

@@ -202,3 +202,21 @@ def test_a_primary_key_table_refuses_on_the_template_path_as_on_spark_path(serve
         status = info.value.args[0].status
         assert f"_change_type outside +I, -U, +U, -D or NULL (upsert): '{value}' (1 row)" in status.errorMessage
     assert sorted(r.id for r in spark.sql(f"SELECT id FROM {db}.o").collect()) == [0, 1, 2]
+
+
+def test_a_form_the_table_outgrew_is_replaced(server, spark, db):
+    """A property set on the table (as the first round sets ``tierlake.kv-table``) makes the kept form
+    stale: the next statement goes Spark's way and its form replaces the old one, so the ones after it
+    are served again."""
+    cursor = pair(server, spark, db)
+    counters = StreamWriter().counters
+    for n in range(3):
+        run(cursor, f"INSERT INTO {db}.s VALUES ({n}, {n})")
+    run(cursor, f"ALTER TABLE {db}.s SET TBLPROPERTIES ('bench.note'='x')")
+    before = counters()
+    for n in range(3, 6):
+        run(cursor, f"INSERT INTO {db}.s VALUES ({n}, {n})")
+    after = counters()
+    assert after["templateStaleTable"] == before["templateStaleTable"] + 1
+    assert after["templateHits"] == before["templateHits"] + 2
+    assert contents_of(spark, f"{db}.s") == [(n, n) for n in range(6)]
