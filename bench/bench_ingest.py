@@ -141,10 +141,17 @@ def run_config(port: int, tables: list[str], pk: bool, writers: int, rows: int, 
     if ingest0 and ingest1:
         d = {k: ingest1[k] - ingest0[k] for k in ingest0}
         staged = d["templateHits"] + d["templateMisses"]
+
+        def per(key: str) -> float:
+            return d[key] / max(1, d["groups"])
+
         measured["templates"] = (f"statements staged from a kept template: {d['templateHits']} of {staged} "
                                  f"(misses: table changed {d['templateStaleTable']}, session changed "
                                  f"{d['templateStaleSession']}; templates kept {d['templatesKept']}, "
-                                 f"refused {d['templatesRefused']})")
+                                 f"refused {d['templatesRefused']}); {d['groups']} group commits, their time under "
+                                 f"the table's lock per group: data files {per('groupMsFiles'):.1f} ms, manifests "
+                                 f"{per('groupMsManifests'):.1f} ms, metadata commit {per('groupMsCommit'):.1f} ms, "
+                                 f"read back {per('groupMsRefresh'):.1f} ms")
     if cpu is not None:
         window = cpu1.at - cpu0.at
         server_s = cpu.seconds(cpu0, cpu1)

@@ -108,6 +108,11 @@ public final class StreamIngest {
     public static final AtomicLong STATEMENTS = new AtomicLong();
     public static final AtomicLong GROUPS = new AtomicLong();
     public static final AtomicLong ROWS = new AtomicLong();
+    /** Where a group commit's time under the table's lock goes (counters(): ms, summed over groups). */
+    static final AtomicLong NANOS_FILES = new AtomicLong();
+    static final AtomicLong NANOS_MANIFESTS = new AtomicLong();
+    static final AtomicLong NANOS_COMMIT = new AtomicLong();
+    static final AtomicLong NANOS_REFRESH = new AtomicLong();
     private static final com.fasterxml.jackson.databind.ObjectMapper JSON =
             new com.fasterxml.jackson.databind.ObjectMapper();
     /** The ledger of request ids whose snapshots were expired (sys.write_requests), or null. */
@@ -283,7 +288,9 @@ public final class StreamIngest {
     /** Process-wide counters as a JSON object (statements, groups, rows). */
     public static String counters() {
         return "{\"statements\":" + STATEMENTS.get() + ",\"groups\":" + GROUPS.get() + ",\"rows\":"
-                + ROWS.get() + "," + ValuesTemplates.counters() + "}";
+                + ROWS.get() + ",\"groupMsFiles\":" + NANOS_FILES.get() / 1_000_000 + ",\"groupMsManifests\":"
+                + NANOS_MANIFESTS.get() / 1_000_000 + ",\"groupMsCommit\":" + NANOS_COMMIT.get() / 1_000_000
+                + ",\"groupMsRefresh\":" + NANOS_REFRESH.get() / 1_000_000 + "," + ValuesTemplates.counters() + "}";
     }
 
     /** One analysed INSERT into a stream table, not yet written. */
@@ -1037,6 +1044,7 @@ public final class StreamIngest {
                             ids.append(ids.length() == 0 ? "" : "\n").append(p.requestId);
                         }
                     }
+                    long t0 = System.nanoTime();
                     for (Map.Entry<Integer, List<InternalRow>> e : bySchema.entrySet()) {
                         for (DataFile f : write(schemaTables.get(e.getKey()), e.getValue())) {
                             written.add(f);
@@ -1046,7 +1054,10 @@ public final class StreamIngest {
                     if (ids.length() > 0) {
                         append.set(REQUEST_ID, ids.toString());
                     }
+                    long t1 = System.nanoTime();
                     append.commit();
+                    NANOS_FILES.addAndGet(t1 - t0);
+                    NANOS_MANIFESTS.addAndGet(System.nanoTime() - t1);
                     start = end;
                 }
             } catch (RuntimeException e) {
@@ -1056,7 +1067,9 @@ public final class StreamIngest {
             try {
                 CasAlterHandler.COMMITTER.set(Boolean.TRUE);  // its commits are the server's own
                 try {
+                    long t = System.nanoTime();
                     tx.commitTransaction();
+                    NANOS_COMMIT.addAndGet(System.nanoTime() - t);
                 } finally {
                     CasAlterHandler.COMMITTER.set(Boolean.FALSE);
                 }
@@ -1084,7 +1097,9 @@ public final class StreamIngest {
                 }
             }
             try {
+                long t = System.nanoTime();
                 index(current(table));
+                NANOS_REFRESH.addAndGet(System.nanoTime() - t);
             } catch (RuntimeException e) {
                 // indexed stays: the next group indexes from where this one was
             }
