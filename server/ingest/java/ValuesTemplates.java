@@ -251,7 +251,6 @@ final class ValuesTemplates {
         final int[][] cells;  // slot → {row, column}
         final StreamIngest.Staged first;
         final StreamIngest.LocalForm form;
-        final DataType[] inlineTypes;
         final String tableUuid;
         final String dbKey;
         final String tableKey;
@@ -261,14 +260,13 @@ final class ValuesTemplates {
 
         Entry(scala.collection.immutable.Map<String, String> conf, scala.collection.Seq<String> name,
               UnresolvedInlineTable parsed, int[][] cells, StreamIngest.Staged first, StreamIngest.LocalForm form,
-              DataType[] inlineTypes, Table table) {
+              Table table) {
             this.conf = conf;
             this.name = name;
             this.parsed = parsed;
             this.cells = cells;
             this.first = first;
             this.form = form;
-            this.inlineTypes = inlineTypes;
             this.tableUuid = table.uuid().toString();
             String[] parts = table.name().split("\\.");
             this.dbKey = parts.length >= 2 ? parts[parts.length - 2] : null;
@@ -379,7 +377,7 @@ final class ValuesTemplates {
                 return (LogicalPlan) ResolveInlineTables$.MODULE$.apply(table);
             }
         });
-        if (!(resolved instanceof LocalRelation) || !sameTypes((LocalRelation) resolved, e.inlineTypes)) {
+        if (!(resolved instanceof LocalRelation) || !e.form.matches(types((LocalRelation) resolved))) {
             return null;
         }
         return e.form.rows(((LocalRelation) resolved).data());
@@ -392,19 +390,6 @@ final class ValuesTemplates {
             out[i] = output.get(i).dataType();
         }
         return out;
-    }
-
-    private static boolean sameTypes(LocalRelation relation, DataType[] expected) {
-        List<org.apache.spark.sql.catalyst.expressions.Attribute> output = JavaConverters.seqAsJavaList(relation.output());
-        if (output.size() != expected.length) {
-            return false;
-        }
-        for (int i = 0; i < expected.length; i++) {
-            if (!output.get(i).dataType().equals(expected[i])) {
-                return false;
-            }
-        }
-        return true;
     }
 
     /**
@@ -498,15 +483,11 @@ final class ValuesTemplates {
                 return (LogicalPlan) ResolveInlineTables$.MODULE$.apply(inline);
             }
         });
-        if (!(resolved instanceof LocalRelation)) {
-            return null;
-        }
-        DataType[] inlineTypes = types((LocalRelation) resolved);
-        if (!form.matches(inlineTypes)) {
+        if (!(resolved instanceof LocalRelation) || !form.matches(types((LocalRelation) resolved))) {
             return null;
         }
         return new Entry(conf, ((UnresolvedRelation) insert.table()).multipartIdentifier(), inline, cells, staged,
-                form, inlineTypes, staged.table());
+                form, staged.table());
     }
 
     /** Forget every template (tests; a DDL the server ran). */
