@@ -57,6 +57,15 @@ final class ValuesTemplates {
 
     static final int MAX_ENTRIES = 512;
     static final int MAX_TEXT = 256 * 1024;
+    /**
+     * What the kept forms may hold in all: the texts they were kept from (a key is at most its text; the
+     * first statement's rows, kept with its form, at most what its text spelt) and their VALUES cells.
+     * Reaching either forgets every form, as reaching {@link #MAX_ENTRIES} does.
+     */
+    static final long MAX_KEPT_CHARS = 16L * 1024 * 1024;
+    static final long MAX_KEPT_CELLS = 200_000;
+    private static final AtomicLong KEPT_CHARS = new AtomicLong();
+    private static final AtomicLong KEPT_CELLS = new AtomicLong();
     /** Integers of up to 18 digits are Spark's INT or BIGINT; decimals of up to 30 digits are not rounded. */
     static final int MAX_INTEGER_DIGITS = 18;
     static final int MAX_DECIMAL_DIGITS = 30;
@@ -416,10 +425,14 @@ final class ValuesTemplates {
             return;  // its text does not match its parse: that does not change
         }
         // A kept form that no longer served (the table or the session changed) is replaced by this one.
-        if (ENTRIES.size() >= MAX_ENTRIES) {
-            ENTRIES.clear();
-        }
         Entry entry = entry(session, scan, literals, (InsertIntoStatement) parsed, staged, conf);
+        long cells = entry == null ? 0 : (long) entry.parsed.rows().size() * entry.parsed.names().size();
+        if (ENTRIES.size() >= MAX_ENTRIES || KEPT_CHARS.addAndGet(statement.length()) > MAX_KEPT_CHARS
+                || KEPT_CELLS.addAndGet(cells) > MAX_KEPT_CELLS) {
+            clear();
+            KEPT_CHARS.addAndGet(statement.length());
+            KEPT_CELLS.addAndGet(cells);
+        }
         if (entry == null) {
             REFUSED.incrementAndGet();
             ENTRIES.put(key, NOT_KEPT);
@@ -493,11 +506,14 @@ final class ValuesTemplates {
     /** Forget every template (tests; a DDL the server ran). */
     static void clear() {
         ENTRIES.clear();
+        KEPT_CHARS.set(0);
+        KEPT_CELLS.set(0);
     }
 
     static String counters() {
         return "\"templateHits\":" + HITS.get() + ",\"templateMisses\":" + MISSES.get() + ",\"templateStaleSession\":"
                 + STALE_SESSION.get() + ",\"templateStaleTable\":" + STALE_TABLE.get() + ",\"templatesKept\":"
-                + KEPT.get() + ",\"templatesRefused\":" + REFUSED.get();
+                + KEPT.get() + ",\"templatesRefused\":" + REFUSED.get() + ",\"templatesHeld\":" + ENTRIES.size()
+                + ",\"templateChars\":" + KEPT_CHARS.get() + ",\"templateCells\":" + KEPT_CELLS.get();
     }
 }

@@ -220,3 +220,28 @@ def test_a_form_the_table_outgrew_is_replaced(server, spark, db):
     assert after["templateStaleTable"] == before["templateStaleTable"] + 1
     assert after["templateHits"] == before["templateHits"] + 2
     assert contents_of(spark, f"{db}.s") == [(n, n) for n in range(6)]
+
+
+def test_kept_forms_are_bounded(server, spark, db):
+    """At most 512 forms, 16 MiB of their statements' text and 200,000 cells are kept
+    (ValuesTemplates.MAX_*): reaching one forgets them all, and the next ones are kept again."""
+    run(connect(server).cursor(), f"CREATE TABLE {db}.b (id BIGINT, v STRING) TBLPROPERTIES "
+                                  "('table.datalake.enabled'='true')")
+    writer, jsession = StreamWriter(), spark._jsparkSession
+    held = []
+    for n in range(530):  # distinct templates: the spacing differs
+        assert writer.stage(jsession, f"INSERT INTO {db}.b VALUES{' ' * (n + 1)}({n}, 'x')") is not None
+        held.append(writer.counters()["templatesHeld"])
+    assert max(held) <= 512 and held[-1] < 100
+    big = "y" * 200_000
+    chars = []
+    for n in range(90):  # 90 × 200 KB of text: more than 16 MiB
+        writer.stage(jsession, f"INSERT INTO {db}.b VALUES{' ' * (n + 1)}({n}, '{big}')")
+        chars.append(writer.counters()["templateChars"])
+    assert max(chars) <= 16 * 1024 * 1024 and chars[-1] < 10 * 1024 * 1024
+    cells = []
+    for n in range(8):  # 8 × 30,000 cells (15,000 rows, ~190 KB each): more than 200,000
+        rows = ", ".join(f"({i}, 'c')" for i in range(15_000))
+        writer.stage(jsession, f"INSERT INTO {db}.b VALUES{' ' * (n + 1)}{rows}")
+        cells.append(writer.counters()["templateCells"])
+    assert max(cells) <= 200_000 and any(b < a for a, b in zip(cells, cells[1:], strict=False)), cells
