@@ -243,11 +243,25 @@ public final class StreamIngest {
 
     /** {@link #stageParsed}, keeping the analysed form of {@code statement}'s template when it is plain VALUES. */
     public static Staged stageParsed(SparkSession session, String statement, LogicalPlan parsed) {
+        // The session's state as the analysis begins: a form is kept only if it did not change meanwhile.
+        ValuesTemplates.Context before = ValuesTemplates.Context.of(session);
         Staged staged = stageParsed(session, parsed);
         if (staged != null) {
-            ValuesTemplates.keep(session, statement, parsed, staged);
+            ValuesTemplates.keep(session, statement, parsed, staged, before);
         }
         return staged;
+    }
+
+    /**
+     * The table {@code uuid} as its committer last committed or read it ({@code latest}, which the caller
+     * checked): a table over that metadata alone, to write rows analysed against it. Null without a committer.
+     */
+    static Table committedTable(String uuid, String name, TableMetadata latest) {
+        Committer c = COMMITTERS.get(uuid);
+        // The location provider as the metastore's table operations make it (from the location and properties).
+        return c == null ? null : new org.apache.iceberg.BaseTable(new org.apache.iceberg.StaticTableOperations(
+                latest, c.table.io(), org.apache.iceberg.LocationProviders.locationsFor(latest.location(),
+                latest.properties())), name);
     }
 
     /** The metadata the committer of table {@code uuid} committed or read last, or null. */
@@ -321,18 +335,17 @@ public final class StreamIngest {
             this.rows = form != null ? form.rows() : writable ? localRows(session, query) : null;
         }
 
-        private Staged(Staged first, SparkSession session, List<InternalRow> rows) {
+        /**
+         * A statement of a kept template (ValuesTemplates): its rows, made from the kept form, and the
+         * table as its committer last committed or read it. No plan: such a statement is never a query.
+         */
+        Staged(SparkSession session, Table table, LocalForm form, List<InternalRow> rows) {
             this.session = session;
-            this.append = first.append;
-            this.table = first.table;
-            this.query = first.query;
-            this.form = first.form;
+            this.append = null;
+            this.table = table;
+            this.query = null;
+            this.form = form;
             this.rows = rows;
-        }
-
-        /** The same statement's form with other rows, in {@code session} (ValuesTemplates). */
-        Staged again(SparkSession session, List<InternalRow> rows) {
-            return new Staged(this, session, rows);
         }
 
         boolean isLocal() {
@@ -895,6 +908,9 @@ public final class StreamIngest {
 
         /** The newer of the committer's table and a statement's freshly analysed copy. */
         private void adopt(Table candidate) {
+            if (((HasTableOperations) candidate).operations() instanceof org.apache.iceberg.StaticTableOperations) {
+                return;  // a kept template's view of this committer's own metadata: never newer, never committed to
+            }
             TableMetadata mine = current(table);
             TableMetadata theirs = current(candidate);
             if (theirs.lastSequenceNumber() > mine.lastSequenceNumber()

@@ -119,6 +119,11 @@ final class ValuesTemplates {
         if (n > MAX_TEXT) {
             return null;
         }
+        for (int k = 0; k < n; k++) {
+            if (Character.isSurrogate(text.charAt(k))) {
+                return null;  // Spark's positions count code points, the spans here count chars
+            }
+        }
         StringBuilder t = new StringBuilder(n);
         List<Object[]> slots = new ArrayList<>();
         int i = 0;
@@ -252,45 +257,81 @@ final class ValuesTemplates {
         }
     }
 
-    /** One analysed template: what a hit needs to stage a statement without Spark's parse and analysis. */
+    /**
+     * One analysed template: what a hit needs to stage a statement without Spark's parse and analysis.
+     * It holds no session, plan or table (a closed session or an old metadata is not kept alive by it):
+     * the table a hit writes with is the committer's metadata, checked against what is recorded here.
+     */
     static final class Entry {
         final scala.collection.immutable.Map<String, String> conf;
         final scala.collection.Seq<String> name;
         final UnresolvedInlineTable parsed;
         final int[][] cells;  // slot → {row, column}
-        final StreamIngest.Staged first;
         final StreamIngest.LocalForm form;
+        final String tableName;
         final String tableUuid;
         final String dbKey;
         final String tableKey;
         final int schemaId;
         final int specId;
+        final int sortOrderId;
+        final int formatVersion;
+        final String location;
         final Map<String, String> properties;
+        final long chars;
+        final long cellCount;
 
         Entry(scala.collection.immutable.Map<String, String> conf, scala.collection.Seq<String> name,
-              UnresolvedInlineTable parsed, int[][] cells, StreamIngest.Staged first, StreamIngest.LocalForm form,
-              Table table) {
+              UnresolvedInlineTable parsed, int[][] cells, StreamIngest.LocalForm form, Table table, long chars) {
             this.conf = conf;
             this.name = name;
             this.parsed = parsed;
             this.cells = cells;
-            this.first = first;
             this.form = form;
+            this.tableName = table.name();
             this.tableUuid = table.uuid().toString();
             String[] parts = table.name().split("\\.");
             this.dbKey = parts.length >= 2 ? parts[parts.length - 2] : null;
             this.tableKey = parts.length >= 2 ? parts[parts.length - 1] : null;
             this.schemaId = table.schema().schemaId();
             this.specId = table.spec().specId();
-            this.properties = table.properties();
+            this.sortOrderId = table.sortOrder().orderId();
+            this.formatVersion = ((org.apache.iceberg.HasTableOperations) table).operations().current().formatVersion();
+            this.location = table.location();
+            this.properties = new java.util.HashMap<>(table.properties());
+            this.chars = chars;
+            this.cellCount = (long) parsed.rows().size() * parsed.names().size();
+        }
+
+        /** Whether {@code latest} is, in all a kept form and the rows' files depend on, the table analysed. */
+        boolean analysedAgainst(TableMetadata latest) {
+            return latest.currentSchemaId() == schemaId && latest.defaultSpecId() == specId
+                    && latest.defaultSortOrderId() == sortOrderId && latest.formatVersion() == formatVersion
+                    && latest.location().equals(location) && latest.properties().equals(properties);
         }
     }
 
-    private static String context(SparkSession session, scala.collection.immutable.Map<String, String> conf) {
-        org.apache.spark.sql.connector.catalog.CatalogManager catalogs = session.sessionState().catalogManager();
-        String role = SessionRoles.of(session);
-        return (role == null ? "" : role) + '\u0002' + catalogs.currentCatalog().name() + '\u0002'
-                + String.join("\u0003", catalogs.currentNamespace()) + '\u0002' + conf.hashCode();
+    /** The session state a form depends on: every SQL setting, and the current catalog, namespace and role. */
+    static final class Context {
+        final scala.collection.immutable.Map<String, String> conf;
+        final String text;
+
+        private Context(scala.collection.immutable.Map<String, String> conf, String text) {
+            this.conf = conf;
+            this.text = text;
+        }
+
+        static Context of(SparkSession session) {
+            scala.collection.immutable.Map<String, String> conf = session.sessionState().conf().getAllConfs();
+            org.apache.spark.sql.connector.catalog.CatalogManager catalogs = session.sessionState().catalogManager();
+            String role = SessionRoles.of(session);
+            return new Context(conf, (role == null ? "" : role) + '\u0002' + catalogs.currentCatalog().name() + '\u0002'
+                    + String.join("\u0003", catalogs.currentNamespace()) + '\u0002' + conf.hashCode());
+        }
+
+        boolean same(Context other) {
+            return text.equals(other.text) && conf.equals(other.conf);
+        }
     }
 
     private static String key(Scan scan, List<Literal> literals, String context) {
@@ -326,19 +367,20 @@ final class ValuesTemplates {
         } catch (RuntimeException e) {
             return null;  // Spark's parser reports it
         }
-        scala.collection.immutable.Map<String, String> conf = session.sessionState().conf().getAllConfs();
-        Object found = ENTRIES.get(key(scan, literals, context(session, conf)));
+        Context context = Context.of(session);
+        Object found = ENTRIES.get(key(scan, literals, context.text));
         if (!(found instanceof Entry)) {
             MISSES.incrementAndGet();
             return null;
         }
         Entry e = (Entry) found;
-        if (!e.conf.equals(conf) || session.sessionState().catalog().isTempView(e.name)) {
+        if (!e.conf.equals(context.conf) || session.sessionState().catalog().isTempView(e.name)) {
             MISSES.incrementAndGet();
             STALE_SESSION.incrementAndGet();
             return null;
         }
-        if (!current(e)) {
+        Table table = current(e);
+        if (table == null) {
             MISSES.incrementAndGet();
             STALE_TABLE.incrementAndGet();
             return null;
@@ -349,21 +391,26 @@ final class ValuesTemplates {
             return null;
         }
         HITS.incrementAndGet();
-        return e.first.again(session, rows);
+        return new StreamIngest.Staged(session, table, e.form, rows);
     }
 
-    /** Whether the metastore's table is, in all the entry depends on, the one it was analysed against. */
-    private static boolean current(Entry e) {
+    /**
+     * The table as Spark would load it now, if it is, in all the entry depends on, the one the entry was
+     * analysed against: the metastore's current metadata file is the one the table's committer committed
+     * or read last, and that metadata has the entry's schema, spec, sort order, location and properties.
+     * Else null.
+     */
+    private static Table current(Entry e) {
         if (e.dbKey == null) {
-            return false;
+            return null;
         }
         TableMetadata latest = StreamIngest.latestCommitted(e.tableUuid);
         String location = CachingObjectStore.metadataLocation(e.dbKey, e.tableKey);
-        if (latest == null || location == null || !location.equals(latest.metadataFileLocation())) {
-            return false;
+        if (latest == null || location == null || !location.equals(latest.metadataFileLocation())
+                || !e.analysedAgainst(latest)) {
+            return null;
         }
-        return latest.currentSchemaId() == e.schemaId && latest.defaultSpecId() == e.specId
-                && latest.properties().equals(e.properties);
+        return StreamIngest.committedTable(e.tableUuid, e.tableName, latest);
     }
 
     private static List<InternalRow> rows(SparkSession session, Entry e, List<Literal> literals) {
@@ -389,7 +436,13 @@ final class ValuesTemplates {
         if (!(resolved instanceof LocalRelation) || !e.form.matches(types((LocalRelation) resolved))) {
             return null;
         }
-        return e.form.rows(((LocalRelation) resolved).data());
+        scala.collection.Seq<InternalRow> data = ((LocalRelation) resolved).data();
+        return SQLConf$.MODULE$.withExistingConf(session.sessionState().conf(), new AbstractFunction0<List<InternalRow>>() {
+            @Override
+            public List<InternalRow> apply() {
+                return e.form.rows(data);
+            }
+        });
     }
 
     private static DataType[] types(LocalRelation relation) {
@@ -405,9 +458,11 @@ final class ValuesTemplates {
      * Keep the analysed form of {@code statement}, which Spark parsed as {@code parsed} and
      * {@code staged} analysed, when every literal this class cuts out is where Spark's parse has it.
      */
-    static void keep(SparkSession session, String statement, LogicalPlan parsed, StreamIngest.Staged staged) {
-        if (staged == null || !staged.isLocal() || !(parsed instanceof InsertIntoStatement)) {
-            return;
+    static void keep(SparkSession session, String statement, LogicalPlan parsed, StreamIngest.Staged staged,
+                     Context before) {
+        if (staged == null || !staged.isLocal() || staged.localForm() == null || !(parsed instanceof InsertIntoStatement)
+                || staged.table().properties().containsKey("encryption.key-id")) {
+            return;  // nothing to keep now; not a property of the template (the table may change)
         }
         Scan scan = scan(statement);
         if (scan == null || scan.slots.isEmpty()) {
@@ -419,31 +474,43 @@ final class ValuesTemplates {
         } catch (RuntimeException e) {
             return;
         }
-        scala.collection.immutable.Map<String, String> conf = session.sessionState().conf().getAllConfs();
-        String key = key(scan, literals, context(session, conf));
-        if (ENTRIES.get(key) == NOT_KEPT) {
+        Context context = Context.of(session);
+        if (!context.same(before)) {
+            return;  // the session changed while Spark analysed it (a USE or SET run beside it)
+        }
+        String key = key(scan, literals, context.text);
+        Object old = ENTRIES.get(key);
+        if (old == NOT_KEPT) {
             return;  // its text does not match its parse: that does not change
         }
         // A kept form that no longer served (the table or the session changed) is replaced by this one.
-        Entry entry = entry(session, scan, literals, (InsertIntoStatement) parsed, staged, conf);
-        long cells = entry == null ? 0 : (long) entry.parsed.rows().size() * entry.parsed.names().size();
-        if (ENTRIES.size() >= MAX_ENTRIES || KEPT_CHARS.addAndGet(statement.length()) > MAX_KEPT_CHARS
-                || KEPT_CELLS.addAndGet(cells) > MAX_KEPT_CELLS) {
-            clear();
-            KEPT_CHARS.addAndGet(statement.length());
-            KEPT_CELLS.addAndGet(cells);
-        }
+        Entry entry = entry(session, scan, literals, (InsertIntoStatement) parsed, staged, context.conf,
+                statement.length());
         if (entry == null) {
             REFUSED.incrementAndGet();
-            ENTRIES.put(key, NOT_KEPT);
+            if (!(old instanceof Entry)) {
+                ENTRIES.put(key, NOT_KEPT);
+            }
             return;
+        }
+        if (old instanceof Entry) {
+            KEPT_CHARS.addAndGet(-((Entry) old).chars);
+            KEPT_CELLS.addAndGet(-((Entry) old).cellCount);
+        }
+        if (ENTRIES.size() >= MAX_ENTRIES || KEPT_CHARS.addAndGet(entry.chars) > MAX_KEPT_CHARS
+                || KEPT_CELLS.addAndGet(entry.cellCount) > MAX_KEPT_CELLS) {
+            clear();
+            KEPT_CHARS.addAndGet(entry.chars);
+            KEPT_CELLS.addAndGet(entry.cellCount);
         }
         KEPT.incrementAndGet();
         ENTRIES.put(key, entry);
     }
 
+    /** The form of a statement whose every cut-out literal is where Spark's parse has it, else null. */
     private static Entry entry(SparkSession session, Scan scan, List<Literal> literals, InsertIntoStatement insert,
-                               StreamIngest.Staged staged, scala.collection.immutable.Map<String, String> conf) {
+                               StreamIngest.Staged staged, scala.collection.immutable.Map<String, String> conf,
+                               long chars) {
         if (!(insert.table() instanceof UnresolvedRelation) || !(insert.query() instanceof UnresolvedInlineTable)
                 || !insert.partitionSpec().isEmpty() || insert.overwrite() || insert.ifPartitionNotExists()
                 || insert.byName()) {
@@ -499,8 +566,8 @@ final class ValuesTemplates {
         if (!(resolved instanceof LocalRelation) || !form.matches(types((LocalRelation) resolved))) {
             return null;
         }
-        return new Entry(conf, ((UnresolvedRelation) insert.table()).multipartIdentifier(), inline, cells, staged,
-                form, staged.table());
+        return new Entry(conf, ((UnresolvedRelation) insert.table()).multipartIdentifier(), inline, cells, form,
+                staged.table(), chars);
     }
 
     /** Forget every template (tests; a DDL the server ran). */

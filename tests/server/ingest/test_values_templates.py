@@ -29,7 +29,7 @@ INTS = ["0", "7", "-7", "2147483647", "-2147483648", "2147483648", "-92233720368
         "1234567890123456789", "00042", "NULL"]
 DECIMALS = ["1.5", "-0.25", "12345678.12", "0.001", "99999999.995", "123456789012345678901234567.5", "NULL"]
 STRINGS = ["'abc'", "''", "'héllo wörld'", "\"dq\"", "'it''s'", "'a\\nb'", "'2026-01-02'",
-           "'2026-01-02 03:04:05'", "'1'", "'x' 'y'", "NULL", "'$x'", "'  12  '", "'-- not a comment'"]
+           "'2026-01-02 03:04:05'", "'1'", "'x' 'y'", "'🙂'", "NULL", "'$x'", "'  12  '", "'-- not a comment'"]
 OTHER = ["TRUE", "false", "X'CAFE'", "DATE'2026-02-03'", "TIMESTAMP'2020-01-01 00:00:00'", "1e3", "1.5D", "2L",
          "CAST(3 AS SMALLINT)", "-(4)", "1 + 1", "- 5", "/* c */ 6"]
 WORD = "abcxyz _-,()'é日"
@@ -245,3 +245,35 @@ def test_kept_forms_are_bounded(server, spark, db):
         writer.stage(jsession, f"INSERT INTO {db}.b VALUES{' ' * (n + 1)}{rows}")
         cells.append(writer.counters()["templateCells"])
     assert max(cells) <= 200_000 and any(b < a for a, b in zip(cells, cells[1:], strict=False)), cells
+
+
+def test_a_new_location_is_written_to(server, spark, db):
+    """A table moved (ALTER TABLE … SET LOCATION: no schema, spec or property changes) is written at its
+    new location by a kept form, as Spark would write it."""
+    cursor = pair(server, spark, db)
+    for n in range(3):  # two templates kept: (n, n) and (n, n + 1)
+        run(cursor, f"INSERT INTO {db}.s VALUES ({n}, {n})")
+        run(cursor, f"INSERT INTO {db}.s VALUES ({n},{n + 1})")
+    moved = spark.sql(f"DESCRIBE TABLE EXTENDED {db}.s").where("col_name = 'Location'").first().data_type + "_moved"
+    run(cursor, f"ALTER TABLE {db}.s SET LOCATION '{moved}'")
+    run(cursor, f"INSERT INTO {db}.s VALUES (10,11)")  # the second template: Spark's way, then kept again
+    before = hits()
+    run(cursor, f"INSERT INTO {db}.s VALUES (20, 20)")  # the first template's form, kept before the move
+    paths = [r.file_path for r in spark.sql(f"SELECT file_path FROM {db}.s.files").collect()]
+    newest = spark.sql(f"SELECT file_path FROM {db}.s.files WHERE readable_metrics.id.lower_bound = 20").collect()
+    assert newest and all(r.file_path.startswith(moved) for r in newest), (moved, paths)
+    assert hits() >= before  # whether served or not, where it was written is what Spark would do
+
+
+def test_a_surrogate_pair_goes_sparks_way_and_spoils_nothing(server, spark, db):
+    """Spark counts positions in code points, the scan in UTF-16 chars: a statement with a character
+    outside the BMP is never cut into a template, and the template without it is kept and served."""
+    cursor = pair(server, spark, db, "id BIGINT, v STRING")
+    before = StreamWriter().counters()
+    run(cursor, f"INSERT INTO {db}.s VALUES (1, '🙂')")
+    for n in range(2, 5):
+        run(cursor, f"INSERT INTO {db}.s VALUES ({n}, 'x{n}')")
+    after = StreamWriter().counters()
+    assert after["templatesRefused"] == before["templatesRefused"]
+    assert after["templateHits"] >= before["templateHits"] + 2
+    assert contents_of(spark, f"{db}.s") == [(1, "🙂"), (2, "x2"), (3, "x3"), (4, "x4")]
