@@ -1335,15 +1335,17 @@ public final class StreamIngest {
             return new LocalForm((LocalRelation) at, layers);
         }
 
-        /** Whether rows of these column types are what this form reads. */
-        boolean matches(org.apache.spark.sql.types.DataType[] types) {
-            List<org.apache.spark.sql.catalyst.expressions.Attribute> output =
+        /** Whether {@code relation}'s rows have the column types this form reads. */
+        boolean matches(LocalRelation relation) {
+            List<org.apache.spark.sql.catalyst.expressions.Attribute> mine =
                     scala.collection.JavaConverters.seqAsJavaList(child.output());
-            if (output.size() != types.length) {
+            List<org.apache.spark.sql.catalyst.expressions.Attribute> theirs =
+                    scala.collection.JavaConverters.seqAsJavaList(relation.output());
+            if (mine.size() != theirs.size()) {
                 return false;
             }
-            for (int i = 0; i < types.length; i++) {
-                if (!output.get(i).dataType().equals(types[i])) {
+            for (int i = 0; i < mine.size(); i++) {
+                if (!mine.get(i).dataType().equals(theirs.get(i).dataType())) {
                     return false;
                 }
             }

@@ -19,7 +19,6 @@ import org.apache.spark.sql.catalyst.plans.logical.InsertIntoStatement;
 import org.apache.spark.sql.catalyst.plans.logical.LocalRelation;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.internal.SQLConf$;
-import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import scala.collection.JavaConverters;
 import scala.runtime.AbstractFunction0;
@@ -427,31 +426,26 @@ final class ValuesTemplates {
             seqs.add(JavaConverters.asScalaBuffer(r).toSeq());
         }
         UnresolvedInlineTable table = new UnresolvedInlineTable(e.parsed.names(), JavaConverters.asScalaBuffer(seqs).toSeq());
-        LogicalPlan resolved = SQLConf$.MODULE$.withExistingConf(session.sessionState().conf(), new AbstractFunction0<LogicalPlan>() {
-            @Override
-            public LogicalPlan apply() {
-                return (LogicalPlan) ResolveInlineTables$.MODULE$.apply(table);
-            }
-        });
-        if (!(resolved instanceof LocalRelation) || !e.form.matches(types((LocalRelation) resolved))) {
+        LogicalPlan resolved = resolveInline(session, table);
+        if (!(resolved instanceof LocalRelation) || !e.form.matches((LocalRelation) resolved)) {
             return null;
         }
         scala.collection.Seq<InternalRow> data = ((LocalRelation) resolved).data();
-        return SQLConf$.MODULE$.withExistingConf(session.sessionState().conf(), new AbstractFunction0<List<InternalRow>>() {
-            @Override
-            public List<InternalRow> apply() {
-                return e.form.rows(data);
-            }
-        });
+        return inConf(session, () -> e.form.rows(data));
     }
 
-    private static DataType[] types(LocalRelation relation) {
-        List<org.apache.spark.sql.catalyst.expressions.Attribute> output = JavaConverters.seqAsJavaList(relation.output());
-        DataType[] out = new DataType[output.size()];
-        for (int i = 0; i < out.length; i++) {
-            out[i] = output.get(i).dataType();
-        }
-        return out;
+    /** Spark's own rule for an inline table, under the session's SQL settings (casts, time zone). */
+    private static LogicalPlan resolveInline(SparkSession session, UnresolvedInlineTable table) {
+        return inConf(session, () -> (LogicalPlan) ResolveInlineTables$.MODULE$.apply(table));
+    }
+
+    private static <T> T inConf(SparkSession session, java.util.function.Supplier<T> body) {
+        return SQLConf$.MODULE$.withExistingConf(session.sessionState().conf(), new AbstractFunction0<T>() {
+            @Override
+            public T apply() {
+                return body.get();
+            }
+        });
     }
 
     /**
@@ -557,20 +551,15 @@ final class ValuesTemplates {
                 return null;  // a cut-out literal that is no cell of the VALUES
             }
         }
-        LogicalPlan resolved = SQLConf$.MODULE$.withExistingConf(session.sessionState().conf(), new AbstractFunction0<LogicalPlan>() {
-            @Override
-            public LogicalPlan apply() {
-                return (LogicalPlan) ResolveInlineTables$.MODULE$.apply(inline);
-            }
-        });
-        if (!(resolved instanceof LocalRelation) || !form.matches(types((LocalRelation) resolved))) {
+        LogicalPlan resolved = resolveInline(session, inline);
+        if (!(resolved instanceof LocalRelation) || !form.matches((LocalRelation) resolved)) {
             return null;
         }
         return new Entry(conf, ((UnresolvedRelation) insert.table()).multipartIdentifier(), inline, cells, form,
                 staged.table(), chars);
     }
 
-    /** Forget every template (tests; a DDL the server ran). */
+    /** Forget every template: a bound was reached. */
     static void clear() {
         ENTRIES.clear();
         KEPT_CHARS.set(0);
