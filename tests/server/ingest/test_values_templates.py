@@ -241,10 +241,15 @@ def test_kept_forms_are_bounded(server, spark, db):
         chars.append(writer.counters()["templateChars"])
     assert max(chars) <= 16 * 1024 * 1024 and any(b < a for a, b in zip(chars, chars[1:], strict=False)), chars
     cells = []
-    for n in range(8):  # 8 × 30,000 cells (15,000 rows, ~190 KB each): more than 200,000
-        rows = ", ".join(f"({i}, 'c')" for i in range(15_000))
+    rows = ", ".join(f"({i}, 'c')" for i in range(15_000))
+    # 30,000 cells (15,000 rows, ~190 KB) each: 7 kept forms pass 200,000. A form is not kept when the
+    # session changed while Spark analysed it (a background thread of the test's server), so go on until
+    # the bound was reached, within a limit.
+    for n in range(40):
         writer.stage(jsession, f"INSERT INTO {db}.b VALUES{' ' * (n + 1)}{rows}")
         cells.append(writer.counters()["templateCells"])
+        if len(cells) > 1 and cells[-1] < cells[-2]:
+            break
     assert max(cells) <= 200_000 and any(b < a for a, b in zip(cells, cells[1:], strict=False)), cells
 
 

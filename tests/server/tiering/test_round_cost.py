@@ -102,7 +102,8 @@ def test_a_round_of_several_commits_loads_each_table_once_and_repins_the_view_on
 
     assert result.commits == 3 and result.rows == 3
     assert sorted(loads) == sorted([table, lake]), loads
-    assert len(repins) == 1
+    # Other tests' background rounds re-pin their own views through the same function.
+    assert [str(path) for path in repins if str(path) == fresh] == [fresh], repins
     head = iceberg_table(spark, lake).currentSnapshot()
     ancestors, snapshot = 0, head
     while snapshot is not None and (lake_before is None or snapshot.snapshotId() != lake_before.snapshotId()):
