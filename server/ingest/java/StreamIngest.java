@@ -304,7 +304,18 @@ public final class StreamIngest {
         return "{\"statements\":" + STATEMENTS.get() + ",\"groups\":" + GROUPS.get() + ",\"rows\":"
                 + ROWS.get() + ",\"groupMsFiles\":" + NANOS_FILES.get() / 1_000_000 + ",\"groupMsManifests\":"
                 + NANOS_MANIFESTS.get() / 1_000_000 + ",\"groupMsCommit\":" + NANOS_COMMIT.get() / 1_000_000
-                + ",\"groupMsRefresh\":" + NANOS_REFRESH.get() / 1_000_000 + "," + ValuesTemplates.counters() + "}";
+                + ",\"groupMsRefresh\":" + NANOS_REFRESH.get() / 1_000_000 + ",\"metadataReused\":"
+                + CommitterOps.REUSED.get() + "," + ValuesTemplates.counters() + "}";
+    }
+
+    /**
+     * The metadata the committer of {@code table} committed or read last: its file's location and its
+     * JSON, or null without a committer (tests compare it with the file read back).
+     */
+    public static String[] committedMetadata(Table table) {
+        Committer c = COMMITTERS.get(table.uuid().toString());
+        TableMetadata m = c == null ? null : c.indexed;
+        return m == null ? null : new String[] {m.metadataFileLocation(), org.apache.iceberg.TableMetadataParser.toJson(m)};
     }
 
     /** One analysed INSERT into a stream table, not yet written. */
@@ -822,7 +833,7 @@ public final class StreamIngest {
         private final String uuid;
 
         Committer(Table table) {
-            this.table = table;
+            this.table = CommitterOps.of(table);
             this.uuid = table.uuid().toString();
             // The snapshots first, then the ledger: expiry writes the ledger before it
             // removes a snapshot, so an id is in one of the two whenever it happens.
@@ -915,7 +926,7 @@ public final class StreamIngest {
             TableMetadata theirs = current(candidate);
             if (theirs.lastSequenceNumber() > mine.lastSequenceNumber()
                     || theirs.lastUpdatedMillis() > mine.lastUpdatedMillis()) {
-                table = candidate;
+                table = CommitterOps.of(candidate);
             }
         }
 
