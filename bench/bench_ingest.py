@@ -151,7 +151,8 @@ def run_config(port: int, tables: list[str], pk: bool, writers: int, rows: int, 
                                  f"refused {d['templatesRefused']}); {d['groups']} group commits, their time under "
                                  f"the table's lock per group: data files {per('groupMsFiles'):.1f} ms, manifests "
                                  f"{per('groupMsManifests'):.1f} ms, metadata commit {per('groupMsCommit'):.1f} ms, "
-                                 f"read back {per('groupMsRefresh'):.1f} ms")
+                                 f"read back {per('groupMsRefresh'):.1f} ms; metadata files not parsed again "
+                                 f"{d['metadataReused']}")
     if cpu is not None:
         window = cpu1.at - cpu0.at
         server_s = cpu.seconds(cpu0, cpu1)
