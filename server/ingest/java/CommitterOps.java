@@ -75,7 +75,9 @@ final class CommitterOps extends HiveTableOperations {
             throw new IllegalStateException(e);
         }
         mine.seed(current);
-        return new BaseTable(mine, name);
+        // The catalog's metrics reporter, as the table it loaded had it.
+        return table instanceof BaseTable ? new BaseTable(mine, name, ((BaseTable) table).reporter())
+                : new BaseTable(mine, name);
     }
 
     private void seed(TableMetadata metadata) {
